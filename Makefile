@@ -1,0 +1,42 @@
+# Every target sets up what it needs (scripts/setup-env): Graphviz, .venv, the pins.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV := .venv
+BIN := $(VENV)/bin
+PORT ?= 8000
+# -W: a warning fails the build; -n: a broken reference is a warning;
+# --keep-going: report every warning of the run, not just the first.
+BOOK_FLAGS := --warningiserror --nitpick --keep-going
+
+.PHONY: help book test serve lab clean distclean
+
+help:
+	@echo "make book   build the HTML book into _build/html (executes the chapters)"
+	@echo "make test   build the book and run the whole test suite"
+	@echo "make serve  serve _build/html on http://localhost:$(PORT)"
+	@echo "make lab    open the chapters in JupyterLab from the pinned environment"
+	@echo "make clean  remove _build/ (distclean also removes .venv/)"
+
+book:
+	@scripts/setup-env book
+	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
+	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+test:
+	@scripts/setup-env dev
+	$(BIN)/python -m pytest
+
+serve:
+	@test -f _build/html/index.html || { echo "No book built yet: run 'make book' first." >&2; exit 1; }
+	@echo "Serving on http://localhost:$(PORT) (Ctrl-C stops)"
+	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
+
+lab:
+	@scripts/setup-env lab
+	$(BIN)/jupyter lab notebooks/
+
+clean:
+	rm -rf _build
+
+distclean: clean
+	rm -rf $(VENV)
