@@ -1,0 +1,99 @@
+"""The built site: every page there, every image with alt text, errors only where declared."""
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+from bs4 import BeautifulSoup
+
+import nbcheck
+
+ROOT = nbcheck.ROOT
+
+
+def page(html_root: Path, doc: str) -> BeautifulSoup:
+    return BeautifulSoup((html_root / f"{doc}.html").read_text(encoding="utf-8"), "html.parser")
+
+
+def test_every_toc_page_is_built(built_book):
+    assert (built_book / "index.html").exists()
+    missing = [doc for doc in nbcheck.toc_files() if not (built_book / f"{doc}.html").exists()]
+    assert missing == []
+
+
+def test_every_image_exists_and_has_alt_text(built_book):
+    problems, seen = [], 0
+    for doc in nbcheck.toc_files():
+        for img in page(built_book, doc).find_all("img"):
+            seen += 1
+            src, alt = img.get("src", ""), (img.get("alt") or "").strip()
+            if not alt:
+                problems.append(f"{doc}: image {src[:60]!r} has no alt text")
+            if not src.startswith("data:") and not (built_book / doc).parent.joinpath(src).exists():
+                problems.append(f"{doc}: image {src!r} does not exist")
+    assert seen > 0, "no images found at all: the graph pictures are missing"
+    assert problems == []
+
+
+def test_chapter_one_shows_a_torchviz_graph(built_book):
+    soup = page(built_book, "notebooks/01-autograd-graph")
+    graphs = soup.select("figure.gradient-graph img[src^='data:image/svg+xml']")
+    assert graphs, "chapter 1 shows no graph picture"
+    assert all(g["alt"].strip() for g in graphs)
+    assert soup.select("figure.gradient-graph figcaption")
+
+
+def test_tracebacks_only_in_cells_declared_to_fail(built_book):
+    for doc in nbcheck.toc_files():
+        soup = page(built_book, doc)
+        for trace in soup.select("div.output.traceback"):
+            cell = trace.find_parent("div", class_="cell")
+            assert cell is not None and "tag_raises-exception" in cell["class"], (
+                f"{doc}: an error is shown outside a cell declared to fail:\n{trace.get_text()[:300]}"
+            )
+
+
+def test_declared_failures_show_their_traceback(built_book):
+    for path in nbcheck.toc_notebooks():
+        doc = str(path.relative_to(ROOT).with_suffix(""))
+        nb = nbcheck.nbformat.read(path, as_version=4)
+        declared = sum("expected_error" in c.metadata for c in nb.cells)
+        shown = page(built_book, doc).select("div.cell.tag_raises-exception div.output.traceback")
+        assert len(shown) == declared, doc
+
+
+def test_intro_states_the_torch_it_was_built_with(built_book):
+    text = page(built_book, "book/intro").get_text(" ")
+    version = torch.__version__.split("+")[0]
+    assert re.search(rf"torch\s+{re.escape(version)}\b", text), "intro does not name the build's torch"
+
+
+def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
+    # A one-chapter book with this repository's configuration and a chapter that fails.
+    for name in ("_config.yml", "Makefile", "requirements.txt", "requirements-dev.txt", "requirements-lab.txt"):
+        shutil.copy(ROOT / name, tmp_path / name)
+    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
+    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
+    (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
+    (tmp_path / "_toc.yml").write_text(
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n", encoding="utf-8"
+    )
+    (tmp_path / "notebooks").mkdir()
+    nb = nbcheck.nbformat.v4.new_notebook(
+        cells=[
+            nbcheck.nbformat.v4.new_code_cell("x = 1"),
+            nbcheck.nbformat.v4.new_code_cell("raise ZeroDivisionError('boom in the second cell')"),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+    nbcheck.nbformat.write(nb, tmp_path / "notebooks" / "broken.ipynb")
+    result = subprocess.run(
+        ["make", "--no-print-directory", "book"], cwd=tmp_path, capture_output=True, text=True
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode != 0, "a chapter raising an undeclared error still built"
+    assert "broken" in log and "boom in the second cell" in log
+    assert "ZeroDivisionError" in log
