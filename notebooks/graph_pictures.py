@@ -41,7 +41,8 @@ from torch.overrides import TorchFunctionMode
 
 __all__ = [
     "Picture", "SideBySide", "ForwardPicture", "Recording",
-    "backward_graph", "side_by_side", "record", "forward_view", "count_grad_fns", "hooks_on",
+    "backward_graph", "side_by_side", "record", "forward_view", "count_grad_fns", "grad_fn_names",
+    "hooks_on",
 ]
 
 # A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
@@ -112,14 +113,18 @@ class SideBySide:
 
 def count_grad_fns(output: torch.Tensor) -> int:
     """How many backward nodes are reachable from ``output`` (walked without recursion)."""
+    return len(grad_fn_names(output))
+
+
+def grad_fn_names(output: torch.Tensor) -> list[str]:
+    """Sorted type names of the backward nodes reachable from ``output`` (what torchviz draws)."""
     seen, stack = set(), [output.grad_fn] if output.grad_fn is not None else []
     while stack:
         fn = stack.pop()
-        if fn in seen:
-            continue
-        seen.add(fn)
-        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
-    return len(seen)
+        if fn not in seen:
+            seen.add(fn)
+            stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
+    return sorted(type(fn).__name__ for fn in seen)
 
 
 def _stable_source(dot: graphviz.Digraph) -> str:

@@ -291,3 +291,10 @@ def test_long_chain_forward_view_draws_without_recursion_error():
             y = y * 1.0001
     view = gp.forward_view(rec, y, alt="a 2,000-step chain")
     assert len(view.labels) == 2001 and not view.greyed
+
+
+def test_grad_fn_names_lists_what_a_detach_removes():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert gp.grad_fn_names(x * x.sigmoid()) == ["AccumulateGrad", "MulBackward0", "SigmoidBackward0"]
+    assert gp.grad_fn_names(x * x.sigmoid().detach()) == ["AccumulateGrad", "MulBackward0"]
+    assert gp.grad_fn_names(x.detach()) == []
