@@ -19,6 +19,7 @@ help:
 
 book:
 	@scripts/setup-env book
+	@scripts/invalidate-stale-cache
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 

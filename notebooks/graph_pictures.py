@@ -73,8 +73,8 @@ def _check_alt(alt: object) -> str:
 class Picture:
     """An SVG with its alt text and an optional caption; shows itself as HTML."""
 
-    svg: str
-    alt: str
+    svg: str = field(repr=False)   # long; the HTML view shows it
+    alt: str = ""
     caption: str | None = None
 
     def img_html(self) -> str:
@@ -369,7 +369,7 @@ class ForwardPicture(Picture):
     """A forward view, with what it shows as data (for tests and for captions)."""
 
     labels: tuple[str, ...] = ()                    # every value node's label
-    greyed: frozenset[str] = frozenset()            # labels of values that get no gradient
+    greyed: tuple[str, ...] = ()                    # sorted labels of values that get no gradient
     cut_edges: tuple[tuple[str, str], ...] = ()     # (input label, output label) of each cut
     hooked: tuple[tuple[str, str], ...] = ()        # (label, hook name)
 
@@ -456,7 +456,7 @@ def forward_view(
     return ForwardPicture(
         svg=_svg(dot.source), alt=alt, caption=caption,
         labels=tuple(label(i) for i in used),
-        greyed=frozenset(label(i) for i in used if not gets[i]),
+        greyed=tuple(sorted({label(i) for i in used if not gets[i]})),
         cut_edges=tuple(cut_edges),
         hooked=tuple(hooked),
     )

@@ -159,7 +159,7 @@ def test_forward_view_without_detach_has_no_cut():
     view = gp.forward_view(rec, y, alt="view")
     assert view.cut_edges == ()
     assert "✂" not in view.svg
-    assert view.greyed == frozenset()
+    assert view.greyed == ()
 
 
 def names_in(labels):
@@ -298,3 +298,10 @@ def test_grad_fn_names_lists_what_a_detach_removes():
     assert gp.grad_fn_names(x * x.sigmoid()) == ["AccumulateGrad", "MulBackward0", "SigmoidBackward0"]
     assert gp.grad_fn_names(x * x.sigmoid().detach()) == ["AccumulateGrad", "MulBackward0"]
     assert gp.grad_fn_names(x.detach()) == []
+
+
+def test_text_repr_is_short_and_deterministic():
+    rec, *_, y = detach_example(cut=True)
+    text = repr(gp.forward_view(rec, y, alt="view"))
+    assert "<svg" not in text and len(text) < 500
+    assert "greyed=('s\\n(3,)', 'u\\n(3,)')" in text

@@ -39,3 +39,27 @@ def test_missing_graphviz_as_root_without_apt_stops_the_same_way(tmp_path):
     assert result.returncode != 0
     assert "apt-get install graphviz" in result.stderr
     assert not (repo / ".venv").exists()
+
+
+def test_cache_is_dropped_when_the_helper_changes(tmp_path):
+    # Jupyter Book's cache keys on a chapter's code only; the script covers the rest.
+    repo = tmp_path / "repo"
+    shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
+    (repo / "notebooks").mkdir()
+    (repo / "notebooks" / "helper.py").write_text("A = 1\n")
+    (repo / "requirements.txt").write_text("torch==2.13.0\n")
+    script = [str(repo / "scripts" / "invalidate-stale-cache")]
+
+    def build_leftovers():
+        for name in (".jupyter_cache", ".doctrees"):
+            (repo / "_build" / name).mkdir(parents=True, exist_ok=True)
+
+    subprocess.run(script, check=True)
+    build_leftovers()
+    subprocess.run(script, check=True)                      # nothing changed
+    assert (repo / "_build" / ".jupyter_cache").exists()
+    (repo / "notebooks" / "helper.py").write_text("A = 2\n")
+    out = subprocess.run(script, check=True, capture_output=True, text=True).stdout
+    assert "every chapter will re-run" in out
+    assert not (repo / "_build" / ".jupyter_cache").exists()
+    assert not (repo / "_build" / ".doctrees").exists()
