@@ -17,7 +17,11 @@ imports the same way in the built book, in JupyterLab and on Binder).
     bold blue. Which tensors get a gradient is read from the graph autograd
     recorded, not guessed.
 
-In both kinds of picture a tensor with hooks (``register_hook``,
+``plot_picture(fig, alt=...)``
+    a matplotlib figure as the same kind of picture: SVG, alt text, caption,
+    byte-stable from run to run.
+
+In both kinds of graph picture a tensor with hooks (``register_hook``,
 ``register_post_accumulate_grad_hook``) carries a purple note naming them.
 
 Every picture carries alt text and renders as an HTML ``<figure>`` with the SVG
@@ -29,6 +33,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import html
+import io
 import re
 import sys
 from dataclasses import dataclass, field
@@ -42,7 +47,7 @@ from torch.overrides import TorchFunctionMode
 __all__ = [
     "Picture", "SideBySide", "ForwardPicture", "Recording",
     "backward_graph", "side_by_side", "record", "forward_view", "count_grad_fns", "grad_fn_names",
-    "hooks_on",
+    "hooks_on", "plot_picture",
 ]
 
 # A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
@@ -233,6 +238,22 @@ def backward_graph(
 
 def _svg(source: str) -> str:
     return graphviz.Source(source).pipe(format="svg", encoding="utf-8")
+
+
+def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
+    """A matplotlib figure as a Picture (the figure is closed, so it shows only once)."""
+    import matplotlib.pyplot as plt
+
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"expected a matplotlib Figure, got {type(fig).__name__}")
+    alt = _check_alt(alt)
+    buffer = io.StringIO()
+    # A fixed salt and no date: the same figure gives the same bytes on every run.
+    with plt.rc_context({"svg.hashsalt": "where-gradients-stop", "svg.fonttype": "path"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight",
+                    facecolor="white")
+    plt.close(fig)
+    return Picture(svg=buffer.getvalue(), alt=alt, caption=caption)
 
 
 def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide:

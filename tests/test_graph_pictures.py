@@ -305,3 +305,31 @@ def test_text_repr_is_short_and_deterministic():
     text = repr(gp.forward_view(rec, y, alt="view"))
     assert "<svg" not in text and len(text) < 500
     assert "greyed=('s\\n(3,)', 'u\\n(3,)')" in text
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1, 2], [1.0, 0.5, 0.25], label="loss")
+    ax.legend()
+    return fig
+
+
+def test_plot_picture_is_byte_stable_and_closes_the_figure():
+    import matplotlib.pyplot as plt
+
+    first = gp.plot_picture(_figure(), alt="a falling line").svg
+    second = gp.plot_picture(_figure(), alt="a falling line").svg
+    assert first == second and first.lstrip().startswith("<?xml")
+    assert plt.get_fignums() == []
+
+
+def test_plot_picture_bad_input():
+    with pytest.raises(TypeError, match="expected a matplotlib Figure, got str"):
+        gp.plot_picture("figure", alt="x")
+    with pytest.raises(ValueError, match="alt text is required"):
+        gp.plot_picture(_figure(), alt="")
