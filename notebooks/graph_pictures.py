@@ -390,7 +390,8 @@ class ForwardPicture(Picture):
     """A forward view, with what it shows as data (for tests and for captions)."""
 
     labels: tuple[str, ...] = ()                    # every value node's label
-    greyed: tuple[str, ...] = ()                    # sorted labels of values that get no gradient
+    greyed: tuple[str, ...] = ()                    # sorted labels of values that get no gradient,
+                                                    # one per node (unnamed values may repeat)
     cut_edges: tuple[tuple[str, str], ...] = ()     # (input label, output label) of each cut
     hooked: tuple[tuple[str, str], ...] = ()        # (label, hook name)
 
@@ -477,7 +478,7 @@ def forward_view(
     return ForwardPicture(
         svg=_svg(dot.source), alt=alt, caption=caption,
         labels=tuple(label(i) for i in used),
-        greyed=tuple(sorted({label(i) for i in used if not gets[i]})),
+        greyed=tuple(sorted(label(i) for i in used if not gets[i])),
         cut_edges=tuple(cut_edges),
         hooked=tuple(hooked),
     )
