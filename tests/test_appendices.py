@@ -1,0 +1,81 @@
+"""The appendices: the error index covers every declared error; the glossary is used."""
+
+import re
+
+import nbformat
+import yaml
+from bs4 import BeautifulSoup
+
+import nbcheck
+
+ROOT = nbcheck.ROOT
+
+
+def declared_messages():
+    for path in nbcheck.toc_notebooks():
+        nb = nbformat.read(path, as_version=4)
+        for cell in nb.cells:
+            if "expected_error" in cell.metadata:
+                yield path.name, cell.metadata["expected_error"]
+
+
+def test_error_index_lists_every_declared_error(built_book):
+    page = BeautifulSoup((built_book / "book" / "errors.html").read_text("utf-8"), "html.parser")
+    blocks = [pre.get_text() for pre in page.select("pre.error-message")]
+    missing = [
+        (name, e["message"][:60]) for name, e in declared_messages()
+        if f"{e['type']}: {e['message']}" not in (b.strip() for b in blocks)
+    ]
+    assert list(declared_messages()), "no chapter declares an expected error"
+    assert missing == []
+
+
+def test_every_explanation_is_used():
+    # An entry nobody raises any more is stale advice.
+    explanations = yaml.safe_load((ROOT / "book" / "error-explanations.yml").read_text("utf-8"))
+    messages = [e["message"] for _, e in declared_messages()]
+    unused = [key for key in explanations if not any(m.startswith(key) for m in messages)]
+    assert unused == []
+
+
+def test_error_index_links_to_sections_that_exist(built_book):
+    page = BeautifulSoup((built_book / "book" / "errors.html").read_text("utf-8"), "html.parser")
+    links = [a["href"] for a in page.select("article dd a[href*='#']")]
+    assert links
+    for href in links:
+        target, anchor = href.split("#")
+        soup = BeautifulSoup((built_book / "book" / target).read_text("utf-8"), "html.parser")
+        assert soup.find(id=anchor), href
+
+
+def test_chapters_link_glossary_terms(built_book):
+    glossary = BeautifulSoup((built_book / "book" / "glossary.html").read_text("utf-8"), "html.parser")
+    terms = {dt.get("id") for dt in glossary.select("dl.glossary dt")}
+    used = set()
+    for path in nbcheck.toc_notebooks():
+        doc = path.relative_to(ROOT).with_suffix(".html")
+        soup = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser")
+        used |= {a["href"].split("#")[1] for a in soup.select("a[href*='glossary.html#']")}
+    assert used and used <= terms
+    assert len(used) >= 8, f"only {len(used)} glossary terms are linked from the chapters"
+
+
+def test_every_chapter_page_is_stamped_with_the_torch_that_ran_it(built_book):
+    import torch
+
+    version = torch.__version__.split("+")[0]
+    for path in nbcheck.toc_notebooks():
+        doc = path.relative_to(ROOT).with_suffix(".html")
+        stamp = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser").select_one(
+            "p.verified-stamp")
+        assert stamp is not None, doc
+        assert re.search(rf"torch {re.escape(version)} .* on \d{{4}}-\d{{2}}-\d{{2}}\.", stamp.text)
+
+
+def test_references_are_cited(built_book):
+    refs = BeautifulSoup((built_book / "book" / "references.html").read_text("utf-8"), "html.parser")
+    entries = refs.select("div.citation, dl.citation > dt, .citation")
+    assert len(entries) >= 9
+    simsiam = BeautifulSoup(
+        (built_book / "notebooks" / "06-simsiam.html").read_text("utf-8"), "html.parser")
+    assert simsiam.select("a[href*='references.html#']"), "chapter 6 cites nothing"
