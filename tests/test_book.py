@@ -97,3 +97,9 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     assert result.returncode != 0, "a chapter raising an undeclared error still built"
     assert "broken" in log and "boom in the second cell" in log
     assert "ZeroDivisionError" in log
+
+
+def test_no_substitution_is_left_unfilled(built_book):
+    for doc in nbcheck.toc_files():
+        text = page(built_book, doc).select_one("article").get_text()
+        assert "{{" not in text, f"{doc} shows an unfilled {{{{ substitution }}}}"

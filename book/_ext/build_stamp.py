@@ -5,7 +5,10 @@
   typed into the prose;
 - on every executed page (the chapters), a line under the title saying which torch
   ran its code and when: the date of the execution itself, as recorded by MyST-NB
-  (a chapter served from the execution cache keeps the date it really ran).
+  (a chapter served from the execution cache keeps the date it really ran);
+- each page's scripts listed once, and bibliography entries marked as list items
+  (two fixes for the browser tests, see ``_drop_duplicate_scripts`` and
+  ``_bibliography_roles``).
 """
 
 import datetime
@@ -53,7 +56,33 @@ def _stamp_executed_pages(app, doctree, docname):
         section.insert(1, stamp)
 
 
+def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
+    # sphinx-thebe registers its inline configuration script from an event that Sphinx
+    # 7 replays into the page's script list, so every page declared `const
+    # THEBE_JS_URL` twice and the browser reported a SyntaxError. Keep one of each.
+    seen, unique = set(), []
+    for script in context.get("script_files", []):
+        # the replayed copy has filename '' where the original has None
+        key = (getattr(script, "filename", script) or "",
+               tuple(sorted(getattr(script, "attributes", {}).items())))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def _bibliography_roles(app, pagename, templatename, context, doctree):
+    # Docutils marks each bibliography entry role="doc-biblioentry", an ARIA role now
+    # deprecated; screen readers (and axe) then see a role="list" whose items are not
+    # list items. Each entry is a list item.
+    body = context.get("body", "")
+    if 'role="doc-biblioentry"' in body:
+        context["body"] = body.replace('role="doc-biblioentry"', 'role="listitem"')
+
+
 def setup(app):
     app.connect("config-inited", _add_substitutions)
     app.connect("doctree-resolved", _stamp_executed_pages)
+    app.connect("html-page-context", _drop_duplicate_scripts)
+    app.connect("html-page-context", _bibliography_roles)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2"}

@@ -1,0 +1,239 @@
+"""The built book in a real browser: Debian's Chromium, driven by Playwright.
+
+Every page of _toc.yml is loaded from a local server. Requests to other hosts (the
+CDN that serves MathJax and Thebe) get an empty answer, as there is no network here;
+they are recorded, never failed. A screenshot of each page goes to
+_build/screenshots/ for review, and the accessibility results to
+_build/screenshots/axe.json.
+"""
+
+import contextlib
+import functools
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+import yaml
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import sync_playwright
+
+import nbcheck
+
+ROOT = nbcheck.ROOT
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+PAGES = nbcheck.toc_files()
+SHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]
+
+
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def serve(directory: Path):
+    """Serve a folder on a free localhost port; yield its base URL."""
+    handler = functools.partial(QuietHandler, directory=str(directory))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+@pytest.fixture(scope="module")
+def site(built_book):
+    with serve(built_book) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser():
+    assert Path(CHROMIUM).exists(), "Chromium is missing: apt-get install chromium"
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+class PageVisit:
+    """One page loaded in a fresh browser page, with everything that went wrong."""
+
+    def __init__(self, browser, site, doc):
+        self.page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        self.console_errors, self.local_failures, self.external = [], [], []
+        self.page.on("console", lambda m: m.type == "error" and self.console_errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.console_errors.append(str(e)))
+        self.page.on("requestfailed", lambda r: self._local(r.url) and self.local_failures.append(r.url))
+        self.page.on("response", lambda r: self._local(r.url) and r.status >= 400
+                     and self.local_failures.append(f"{r.status} {r.url}"))
+        self.page.route("**/*", self._route)
+        self.site = site
+        self.page.goto(f"{site}/{doc}.html", wait_until="load")
+
+    def _local(self, url):
+        return urlparse(url).hostname == "127.0.0.1"
+
+    def _route(self, route):
+        url = route.request.url
+        if self._local(url) or url.startswith("data:"):
+            route.continue_()
+        else:
+            self.external.append(url)
+            route.fulfill(status=200, body="", content_type="text/plain")
+
+
+@pytest.fixture(scope="module")
+def visits(browser, site):
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    loaded = {}
+    for doc in PAGES:
+        visit = PageVisit(browser, site, doc)
+        visit.page.screenshot(path=str(SHOTS / f"{doc.replace('/', '__')}.png"), full_page=True)
+        loaded[doc] = visit
+    yield loaded
+    for visit in loaded.values():
+        visit.page.close()
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_page_loads_without_errors(visits, doc):
+    visit = visits[doc]
+    assert visit.console_errors == []
+    assert visit.local_failures == []
+    unexpected = {urlparse(u).hostname for u in visit.external} - {"cdn.jsdelivr.net"}
+    assert unexpected == set(), "the page reaches hosts other than the MathJax/Thebe CDN"
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_images_loaded_with_alt_text(visits, doc):
+    images = visits[doc].page.eval_on_selector_all(
+        "img", "els => els.map(e => ({src: e.src.slice(0, 80), alt: e.alt,"
+               " width: e.naturalWidth, complete: e.complete}))")
+    problems = [i for i in images if not (i["complete"] and i["width"] > 0 and i["alt"].strip())]
+    assert problems == []
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_errors_shown_only_in_cells_declared_to_fail(visits, doc):
+    stray = visits[doc].page.eval_on_selector_all(
+        ".cell_output .output.traceback, .cell_output .output.error",
+        "els => els.filter(e => !e.closest('.tag_raises-exception')).length")
+    assert stray == 0
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_serious_accessibility_violations(visits, doc):
+    results = Axe().run(visits[doc].page)
+    violations = results.response["violations"]
+    summary = {v["id"]: (v["impact"], len(v["nodes"])) for v in violations}
+    report = SHOTS / "axe.json"
+    recorded = json.loads(report.read_text()) if report.exists() else {}
+    recorded[doc] = summary
+    report.write_text(json.dumps(recorded, indent=1, sort_keys=True))
+    serious = {k: v for k, v in summary.items() if v[0] in ("serious", "critical")}
+    assert serious == {}
+
+
+def test_solution_opens_on_click(browser, site):
+    visit = PageVisit(browser, site, "notebooks/01-autograd-graph")
+    solution = visit.page.locator(".solution.dropdown").first
+    body = solution.locator(".admonition-title ~ *").first
+    assert not body.is_visible(), "the solution is visible before any click"
+    solution.locator(".admonition-title").click()
+    body.wait_for(state="visible", timeout=5000)
+    assert "17" in solution.inner_text()       # the first exercise's answer
+    visit.page.close()
+
+
+def test_launch_and_download_buttons_point_where_the_config_says(browser, site):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))
+    repo = urlparse(config["repository"]["url"]).path.strip("/")
+    branch = config["repository"]["branch"]
+    binder = config["launch_buttons"]["binderhub_url"]
+    chapter = "notebooks/01-autograd-graph"
+    visit = PageVisit(browser, site, chapter)
+    links = visit.page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+    expected_binder = f"{binder}/v2/gh/{repo}/{branch}?urlpath=lab/tree/{chapter}.ipynb"
+    assert expected_binder in links
+    download = [link for link in links if link.endswith(f"_sources/{chapter}.ipynb")]
+    assert download, "no .ipynb download link"
+    response = visit.page.request.get(download[0])
+    assert response.ok and json.loads(response.body())["cells"]
+    assert visit.page.locator("button.btn-launch-thebe, .launch-thebe").count() >= 1
+    assert config["repository"]["url"] in links
+    visit.page.close()
+
+
+# LinkChecker checks the built files directly (file://). Run as root, it drops its
+# privileges to "nobody", so everything it reads sits in world-readable folders under
+# _build/. Anything not in the book (the CDN, the repository, papers) is outside this
+# test: there is no network here.
+LINKCHECK_CONFIG = """
+[checking]
+threads=2
+[filtering]
+ignore=
+  ^https?://
+  ^mailto:
+  ^data:
+checkextern=0
+[AnchorCheck]
+[output]
+log=text
+verbose=0
+"""
+
+
+@pytest.fixture
+def readable_dir(built_book):
+    folder = built_book.parent / "linkcheck"
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    (folder / "linkcheckerrc").write_text(LINKCHECK_CONFIG)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def run_linkchecker(start: Path, folder: Path):
+    linkchecker = Path(sys.executable).parent / "linkchecker"
+    return subprocess.run(
+        [str(linkchecker), "--config", str(folder / "linkcheckerrc"), "--no-status", str(start)],
+        capture_output=True, text=True)
+
+
+def test_every_internal_link_and_anchor_resolves(built_book, readable_dir):
+    result = run_linkchecker(built_book / "index.html", readable_dir)
+    summary = result.stdout[result.stdout.rfind("That's it."):]
+    # LinkChecker reports a missing anchor as a warning, a missing page as an error.
+    assert result.returncode == 0 and "0 warnings found. 0 errors found." in summary, \
+        result.stdout[-4000:]
+    checked = int(summary.split(" links in ")[0].split()[-1])
+    assert checked > 100, "the checker saw too few links to have crawled the book"
+
+
+def test_link_checker_catches_a_broken_link_and_a_broken_anchor(readable_dir):
+    pages = readable_dir / "site"
+    pages.mkdir(mode=0o755)
+    (pages / "index.html").write_text(
+        '<html><body><a href="other.html#missing">bad anchor</a>'
+        '<a href="nowhere.html">bad page</a><a href="other.html#here">good</a></body></html>')
+    (pages / "other.html").write_text('<html><body><h1 id="here">x</h1></body></html>')
+    for page in pages.iterdir():
+        page.chmod(0o644)
+    result = run_linkchecker(pages / "index.html", readable_dir)
+    assert result.returncode != 0
+    assert "nowhere.html" in result.stdout and "#missing" in result.stdout
+    assert "1 warning found. 1 error found." in result.stdout
