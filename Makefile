@@ -8,11 +8,13 @@ PORT ?= 8000
 # --keep-going: report every warning of the run, not just the first.
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 
-.PHONY: help book test serve lab clean distclean
+.PHONY: help book test lint bench serve lab clean distclean
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
-	@echo "make test   build the book and run the whole test suite"
+	@echo "make test   lint, build the book and run the whole test suite"
+	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
+	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
 	@echo "make serve  serve _build/html on http://localhost:$(PORT)"
 	@echo "make lab    open the chapters in JupyterLab from the pinned environment"
 	@echo "make clean  remove _build/ (distclean also removes .venv/)"
@@ -23,9 +25,14 @@ book:
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-test:
-	@scripts/setup-env dev
+test: lint
 	$(BIN)/python -m pytest
+
+lint:
+	@scripts/setup-env dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check notebooks/*.py tests/*.py book/_ext/*.py
+	$(BIN)/python scripts/check-notebooks
 
 serve:
 	@test -f _build/html/index.html || { echo "No book built yet: run 'make book' first." >&2; exit 1; }

@@ -41,13 +41,21 @@ from dataclasses import dataclass, field
 import graphviz
 import torch
 import torchviz
-
 from torch.overrides import TorchFunctionMode
 
 __all__ = [
-    "Picture", "SideBySide", "ForwardPicture", "Recording",
-    "backward_graph", "side_by_side", "record", "forward_view", "count_grad_fns", "grad_fn_names",
-    "hooks_on", "plot_picture",
+    "Picture",
+    "SideBySide",
+    "ForwardPicture",
+    "Recording",
+    "backward_graph",
+    "side_by_side",
+    "record",
+    "forward_view",
+    "count_grad_fns",
+    "grad_fn_names",
+    "hooks_on",
+    "plot_picture",
 ]
 
 # A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
@@ -78,7 +86,7 @@ def _check_alt(alt: object) -> str:
 class Picture:
     """An SVG with its alt text and an optional caption; shows itself as HTML."""
 
-    svg: str = field(repr=False)   # long; the HTML view shows it
+    svg: str = field(repr=False)  # long; the HTML view shows it
     alt: str = ""
     caption: str | None = None
 
@@ -111,7 +119,8 @@ class SideBySide:
         )
         return (
             '<figure class="gradient-graph-pair">'
-            f'<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start">{cells}</div>'
+            '<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start">'
+            f"{cells}</div>"
             f"<figcaption>{_inline_code(self.caption)}</figcaption></figure>"
         )
 
@@ -144,9 +153,9 @@ def _stable_source(dot: graphviz.Digraph) -> str:
         edge = _EDGE_LINE.match(line)
         node = _NODE_LINE.match(line)
         if edge:
-            line = f"\t{rename(edge.group(1))} -> {rename(edge.group(2))}{line[edge.end():]}"
+            line = f"\t{rename(edge.group(1))} -> {rename(edge.group(2))}{line[edge.end() :]}"
         elif node:
-            line = f"\t{rename(node.group(1))}{line[node.start(2):]}"
+            line = f"\t{rename(node.group(1))}{line[node.start(2) :]}"
         body.append(line)
     stable = dot.copy()
     stable.body = body
@@ -155,16 +164,27 @@ def _stable_source(dot: graphviz.Digraph) -> str:
 
 def hooks_on(tensor: torch.Tensor) -> list[str]:
     """Names of the hooks registered on ``tensor`` now, in the order they will run."""
-    names = [f"hook {getattr(h, '__name__', type(h).__name__)}"
-             for h in (getattr(tensor, "_backward_hooks", None) or {}).values()]
-    names += [f"post-accumulate hook {getattr(h, '__name__', type(h).__name__)}"
-              for h in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values()]
+    names = [
+        f"hook {getattr(h, '__name__', type(h).__name__)}"
+        for h in (getattr(tensor, "_backward_hooks", None) or {}).values()
+    ]
+    names += [
+        f"post-accumulate hook {getattr(h, '__name__', type(h).__name__)}"
+        for h in (getattr(tensor, "_post_accumulate_grad_hooks", None) or {}).values()
+    ]
     return names
 
 
 def _hook_note(dot: graphviz.Digraph, key: str, target: str, label: str) -> None:
-    dot.node(key, label, shape="note", style="filled", fillcolor="#f3e8f7",
-             color=HOOK_COLOR, fontcolor=HOOK_COLOR)
+    dot.node(
+        key,
+        label,
+        shape="note",
+        style="filled",
+        fillcolor="#f3e8f7",
+        color=HOOK_COLOR,
+        fontcolor=HOOK_COLOR,
+    )
     dot.edge(key, target, style="dashed", color=HOOK_COLOR, arrowhead="none")
 
 
@@ -231,7 +251,9 @@ def backward_graph(
         hooks = hooks_on(tensor)
         if hooks:
             target = id(tensor) if tensor.grad_fn is None else id(tensor.grad_fn)
-            _hook_note(dot, f"hook_{len(dot.body)}", str(target), f"on {label}:\n" + "\n".join(hooks))
+            _hook_note(
+                dot, f"hook_{len(dot.body)}", str(target), f"on {label}:\n" + "\n".join(hooks)
+            )
     dot.graph_attr.update(bgcolor="white")
     return Picture(svg=_svg(_stable_source(dot)), alt=alt, caption=caption)
 
@@ -250,8 +272,9 @@ def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
     buffer = io.StringIO()
     # A fixed salt and no date: the same figure gives the same bytes on every run.
     with plt.rc_context({"svg.hashsalt": "where-gradients-stop", "svg.fonttype": "path"}):
-        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight",
-                    facecolor="white")
+        fig.savefig(
+            buffer, format="svg", metadata={"Date": None}, bbox_inches="tight", facecolor="white"
+        )
     plt.close(fig)
     return Picture(svg=buffer.getvalue(), alt=alt, caption=caption)
 
@@ -260,7 +283,9 @@ def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide
     """Show two pictures as one figure: ``before`` on the left, ``after`` on the right."""
     for side, pic in (("before", before), ("after", after)):
         if not isinstance(pic, Picture):
-            raise TypeError(f"{side} must be a Picture (from backward_graph), got {type(pic).__name__}")
+            raise TypeError(
+                f"{side} must be a Picture (from backward_graph), got {type(pic).__name__}"
+            )
         if not pic.caption:
             raise ValueError(f"{side} needs its own caption, e.g. 'without detach'")
     if not isinstance(caption, str) or not caption.strip():
@@ -278,16 +303,16 @@ CUT_OPS = {"detach", "detach_", "data"}
 @dataclass
 class _Op:
     name: str
-    inputs: list[int]   # value-node indices
+    inputs: list[int]  # value-node indices
     outputs: list[int]
 
 
 @dataclass
 class _Value:
-    tensor: torch.Tensor          # kept alive, so no id() is reused while recorded
-    grad_fn: object               # the tensor's grad_fn when this value was made
+    tensor: torch.Tensor  # kept alive, so no id() is reused while recorded
+    grad_fn: object  # the tensor's grad_fn when this value was made
     output_nr: int
-    state: int                    # 0 for a tensor's first recorded state, 1 after an in-place op, ...
+    state: int  # 0 for a tensor's first recorded state, 1 after an in-place op, ...
 
 
 @dataclass
@@ -296,7 +321,7 @@ class Recording:
 
     values: list[_Value] = field(default_factory=list)
     ops: list[_Op] = field(default_factory=list)
-    names: dict[int, str] = field(default_factory=dict)   # id(tensor) -> variable name
+    names: dict[int, str] = field(default_factory=dict)  # id(tensor) -> variable name
     _latest: dict[int, int] = field(default_factory=dict)  # id(tensor) -> newest value index
 
     def _value(self, tensor: torch.Tensor, *, new: bool) -> int:
@@ -321,7 +346,7 @@ def _tensors_in(obj) -> list[torch.Tensor]:
 
 def _op_name(func) -> str | None:
     name = getattr(func, "__name__", None)
-    if name == "__get__":   # attribute reads: only .data makes a new tensor worth drawing
+    if name == "__get__":  # attribute reads: only .data makes a new tensor worth drawing
         owner = getattr(getattr(func, "__self__", None), "__name__", None)
         return "data" if owner == "data" else None
     if name is None:
@@ -340,7 +365,9 @@ class _Recorder(TorchFunctionMode):
         outputs = _tensors_in(result)
         if name is not None and outputs:
             rec = self.recording
-            inputs = [rec._value(t, new=False) for t in _tensors_in(args) + _tensors_in(kwargs or {})]
+            inputs = [
+                rec._value(t, new=False) for t in _tensors_in(args) + _tensors_in(kwargs or {})
+            ]
             rec.ops.append(_Op(name, inputs, [rec._value(t, new=True) for t in outputs]))
         return result
 
@@ -353,11 +380,14 @@ def record():
     can label ``x``, ``u``, ``y`` as the reader wrote them.
     """
     recording = Recording()
-    caller = sys._getframe(2)   # the frame running the `with` statement
+    caller = sys._getframe(2)  # the frame running the `with` statement
     with _Recorder(recording):
         yield recording
-    recording.names = {id(v): k for k, v in caller.f_locals.items()
-                       if isinstance(v, torch.Tensor) and not k.startswith("_")}
+    recording.names = {
+        id(v): k
+        for k, v in caller.f_locals.items()
+        if isinstance(v, torch.Tensor) and not k.startswith("_")
+    }
 
 
 def _reached_by_backward(output: torch.Tensor) -> set[tuple[object, int]]:
@@ -389,11 +419,11 @@ def _gets_gradient(value: _Value, reached) -> bool:
 class ForwardPicture(Picture):
     """A forward view, with what it shows as data (for tests and for captions)."""
 
-    labels: tuple[str, ...] = ()                    # every value node's label
-    greyed: tuple[str, ...] = ()                    # sorted labels of values that get no gradient,
-                                                    # one per node (unnamed values may repeat)
-    cut_edges: tuple[tuple[str, str], ...] = ()     # (input label, output label) of each cut
-    hooked: tuple[tuple[str, str], ...] = ()        # (label, hook name)
+    labels: tuple[str, ...] = ()  # every value node's label
+    greyed: tuple[str, ...] = ()  # sorted labels of values that get no gradient,
+    # one per node (unnamed values may repeat)
+    cut_edges: tuple[tuple[str, str], ...] = ()  # (input label, output label) of each cut
+    hooked: tuple[tuple[str, str], ...] = ()  # (label, hook name)
 
 
 def forward_view(
@@ -418,11 +448,15 @@ def forward_view(
     output = _check_output(output)
     alt = _check_alt(alt)
     if not recording.ops:
-        raise ValueError("the recording is empty: run the forward computation inside `with record() as rec:`")
+        raise ValueError(
+            "the recording is empty: run the forward computation inside `with record() as rec:`"
+        )
     labels_by_id = dict(recording.names)
     labels_by_id.update({id(t): k for k, t in (names or {}).items()})
     if id(output) not in {id(v.tensor) for v in recording.values}:
-        raise ValueError("output was not computed inside this recording: pass a tensor the block produced")
+        raise ValueError(
+            "output was not computed inside this recording: pass a tensor the block produced"
+        )
 
     reached = _reached_by_backward(output)
     states = {}
@@ -433,7 +467,7 @@ def forward_view(
         v = recording.values[i]
         name = labels_by_id.get(id(v.tensor), "")
         if name and states[id(v.tensor)] > 0:
-            name = f"{name} (v{v.state})"   # one tensor, several in-place states
+            name = f"{name} (v{v.state})"  # one tensor, several in-place states
         shape = str(tuple(v.tensor.shape))
         return f"{name}\n{shape}" if name else shape
 
@@ -442,17 +476,32 @@ def forward_view(
     # The newest state of a tensor carries its hooks.
     newest = {id(recording.values[i].tensor): i for i in used}
 
-    dot = graphviz.Digraph(graph_attr={"bgcolor": "white", "rankdir": "TB", "nodesep": "0.3"},
-                           node_attr={"fontname": "monospace", "fontsize": "10"})
+    dot = graphviz.Digraph(
+        graph_attr={"bgcolor": "white", "rankdir": "TB", "nodesep": "0.3"},
+        node_attr={"fontname": "monospace", "fontsize": "10"},
+    )
     hooked = []
     for i in used:
         text = label(i)
         if gets[i]:
-            dot.node(f"v{i}", text, shape="box", style="rounded,filled,bold",
-                     fillcolor="#dbe9f7", color=GRAD_COLOR)
+            dot.node(
+                f"v{i}",
+                text,
+                shape="box",
+                style="rounded,filled,bold",
+                fillcolor="#dbe9f7",
+                color=GRAD_COLOR,
+            )
         else:
-            dot.node(f"v{i}", text, shape="box", style="rounded,filled",
-                     fillcolor="#eeeeee", color="#9a9a9a", fontcolor="#8a8a8a")
+            dot.node(
+                f"v{i}",
+                text,
+                shape="box",
+                style="rounded,filled",
+                fillcolor="#eeeeee",
+                color="#9a9a9a",
+                fontcolor="#8a8a8a",
+            )
         if newest[id(recording.values[i].tensor)] == i:
             for hook in hooks_on(recording.values[i].tensor):
                 _hook_note(dot, f"h{i}_{len(hooked)}", f"v{i}", hook)
@@ -462,8 +511,14 @@ def forward_view(
     for k, op in enumerate(recording.ops):
         cut = op.name in CUT_OPS
         if cut:
-            dot.node(f"op{k}", f"✂ {op.name}", shape="box", style="dashed",
-                     color=CUT_COLOR, fontcolor=CUT_COLOR)
+            dot.node(
+                f"op{k}",
+                f"✂ {op.name}",
+                shape="box",
+                style="dashed",
+                color=CUT_COLOR,
+                fontcolor=CUT_COLOR,
+            )
         else:
             dot.node(f"op{k}", op.name, shape="plaintext")
         for i in op.inputs:
@@ -476,7 +531,9 @@ def forward_view(
                 cut_edges += [(label(i), label(j)) for i in op.inputs]
 
     return ForwardPicture(
-        svg=_svg(dot.source), alt=alt, caption=caption,
+        svg=_svg(dot.source),
+        alt=alt,
+        caption=caption,
         labels=tuple(label(i) for i in used),
         greyed=tuple(sorted(label(i) for i in used if not gets[i])),
         cut_edges=tuple(cut_edges),

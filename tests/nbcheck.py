@@ -89,7 +89,9 @@ def problems_in_executed(nb, nb_path: Path | str = "notebook") -> list[str]:
             continue
         (error,) = errors
         if error.ename != declared["type"]:
-            problems.append(f"{name}: expected {declared['type']}, raised {error.ename}: {error.evalue}")
+            problems.append(
+                f"{name}: expected {declared['type']}, raised {error.ename}: {error.evalue}"
+            )
         elif error.evalue != declared["message"]:
             problems.append(
                 f"{name}: {error.ename} message differs\n"
@@ -137,7 +139,10 @@ def stored_state_problems(nb, nb_path: Path | str = "notebook") -> list[str]:
 
 # What differs between two correct runs: object addresses, and the file names
 # IPython gives each cell (they appear in warnings).
-_VOLATILE = [(re.compile(r" at 0x[0-9a-f]+"), " at 0x?"), (re.compile(r"/ipykernel_\d+/\d+\.py"), "/ipykernel/cell.py")]
+_VOLATILE = [
+    (re.compile(r" at 0x[0-9a-f]+"), " at 0x?"),
+    (re.compile(r"/ipykernel_\d+/\d+\.py"), "/ipykernel/cell.py"),
+]
 
 
 def _mask(text: str) -> str:

@@ -23,7 +23,8 @@ def test_error_index_lists_every_declared_error(built_book):
     page = BeautifulSoup((built_book / "book" / "errors.html").read_text("utf-8"), "html.parser")
     blocks = [pre.get_text() for pre in page.select("pre.error-message")]
     missing = [
-        (name, e["message"][:60]) for name, e in declared_messages()
+        (name, e["message"][:60])
+        for name, e in declared_messages()
         if f"{e['type']}: {e['message']}" not in (b.strip() for b in blocks)
     ]
     assert list(declared_messages()), "no chapter declares an expected error"
@@ -49,7 +50,9 @@ def test_error_index_links_to_sections_that_exist(built_book):
 
 
 def test_chapters_link_glossary_terms(built_book):
-    glossary = BeautifulSoup((built_book / "book" / "glossary.html").read_text("utf-8"), "html.parser")
+    glossary = BeautifulSoup(
+        (built_book / "book" / "glossary.html").read_text("utf-8"), "html.parser"
+    )
     terms = {dt.get("id") for dt in glossary.select("dl.glossary dt")}
     used = set()
     for path in nbcheck.toc_notebooks():
@@ -67,15 +70,19 @@ def test_every_chapter_page_is_stamped_with_the_torch_that_ran_it(built_book):
     for path in nbcheck.toc_notebooks():
         doc = path.relative_to(ROOT).with_suffix(".html")
         stamp = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser").select_one(
-            "p.verified-stamp")
+            "p.verified-stamp"
+        )
         assert stamp is not None, doc
         assert re.search(rf"torch {re.escape(version)} .* on \d{{4}}-\d{{2}}-\d{{2}}\.", stamp.text)
 
 
 def test_references_are_cited(built_book):
-    refs = BeautifulSoup((built_book / "book" / "references.html").read_text("utf-8"), "html.parser")
+    refs = BeautifulSoup(
+        (built_book / "book" / "references.html").read_text("utf-8"), "html.parser"
+    )
     entries = refs.select("div.citation, dl.citation > dt, .citation")
     assert len(entries) >= 9
     simsiam = BeautifulSoup(
-        (built_book / "notebooks" / "06-simsiam.html").read_text("utf-8"), "html.parser")
+        (built_book / "notebooks" / "06-simsiam.html").read_text("utf-8"), "html.parser"
+    )
     assert simsiam.select("a[href*='references.html#']"), "chapter 6 cites nothing"

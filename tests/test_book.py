@@ -50,8 +50,10 @@ def test_tracebacks_only_in_cells_declared_to_fail(built_book):
         soup = page(built_book, doc)
         for trace in soup.select("div.output.traceback"):
             cell = trace.find_parent("div", class_="cell")
-            assert cell is not None and "tag_raises-exception" in cell["class"], (
-                f"{doc}: an error is shown outside a cell declared to fail:\n{trace.get_text()[:300]}"
+            declared = cell is not None and "tag_raises-exception" in cell["class"]
+            assert declared, (
+                f"{doc}: an error is shown outside a cell declared to fail:\n"
+                f"{trace.get_text()[:300]}"
             )
 
 
@@ -67,19 +69,28 @@ def test_declared_failures_show_their_traceback(built_book):
 def test_intro_states_the_torch_it_was_built_with(built_book):
     text = page(built_book, "book/intro").get_text(" ")
     version = torch.__version__.split("+")[0]
-    assert re.search(rf"torch\s+{re.escape(version)}\b", text), "intro does not name the build's torch"
+    assert re.search(rf"torch\s+{re.escape(version)}\b", text), (
+        "intro does not name the build's torch"
+    )
 
 
 def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     # A one-chapter book with this repository's configuration and a chapter that fails.
-    for name in ("_config.yml", "Makefile", "requirements.txt", "requirements-dev.txt", "requirements-lab.txt"):
+    for name in (
+        "_config.yml",
+        "Makefile",
+        "requirements.txt",
+        "requirements-dev.txt",
+        "requirements-lab.txt",
+    ):
         shutil.copy(ROOT / name, tmp_path / name)
     shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
     shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
     (tmp_path / "_toc.yml").write_text(
-        "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n", encoding="utf-8"
+        "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n",
+        encoding="utf-8",
     )
     (tmp_path / "notebooks").mkdir()
     nb = nbcheck.nbformat.v4.new_notebook(
@@ -87,7 +98,9 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
             nbcheck.nbformat.v4.new_code_cell("x = 1"),
             nbcheck.nbformat.v4.new_code_cell("raise ZeroDivisionError('boom in the second cell')"),
         ],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}
+        },
     )
     nbcheck.nbformat.write(nb, tmp_path / "notebooks" / "broken.ipynb")
     result = subprocess.run(

@@ -30,8 +30,13 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 PAGES = nbcheck.toc_files()
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
 ]
 
 
@@ -75,9 +80,17 @@ class PageVisit:
         self.console_errors, self.local_failures, self.external = [], [], []
         self.page.on("console", lambda m: m.type == "error" and self.console_errors.append(m.text))
         self.page.on("pageerror", lambda e: self.console_errors.append(str(e)))
-        self.page.on("requestfailed", lambda r: self._local(r.url) and self.local_failures.append(r.url))
-        self.page.on("response", lambda r: self._local(r.url) and r.status >= 400
-                     and self.local_failures.append(f"{r.status} {r.url}"))
+        self.page.on(
+            "requestfailed", lambda r: self._local(r.url) and self.local_failures.append(r.url)
+        )
+        self.page.on(
+            "response",
+            lambda r: (
+                self._local(r.url)
+                and r.status >= 400
+                and self.local_failures.append(f"{r.status} {r.url}")
+            ),
+        )
         self.page.route("**/*", self._route)
         self.site = site
         self.page.goto(f"{site}/{doc}.html", wait_until="load")
@@ -119,8 +132,10 @@ def test_page_loads_without_errors(visits, doc):
 @pytest.mark.parametrize("doc", PAGES)
 def test_images_loaded_with_alt_text(visits, doc):
     images = visits[doc].page.eval_on_selector_all(
-        "img", "els => els.map(e => ({src: e.src.slice(0, 80), alt: e.alt,"
-               " width: e.naturalWidth, complete: e.complete}))")
+        "img",
+        "els => els.map(e => ({src: e.src.slice(0, 80), alt: e.alt,"
+        " width: e.naturalWidth, complete: e.complete}))",
+    )
     problems = [i for i in images if not (i["complete"] and i["width"] > 0 and i["alt"].strip())]
     assert problems == []
 
@@ -129,7 +144,8 @@ def test_images_loaded_with_alt_text(visits, doc):
 def test_errors_shown_only_in_cells_declared_to_fail(visits, doc):
     stray = visits[doc].page.eval_on_selector_all(
         ".cell_output .output.traceback, .cell_output .output.error",
-        "els => els.filter(e => !e.closest('.tag_raises-exception')).length")
+        "els => els.filter(e => !e.closest('.tag_raises-exception')).length",
+    )
     assert stray == 0
 
 
@@ -153,7 +169,7 @@ def test_solution_opens_on_click(browser, site):
     assert not body.is_visible(), "the solution is visible before any click"
     solution.locator(".admonition-title").click()
     body.wait_for(state="visible", timeout=5000)
-    assert "17" in solution.inner_text()       # the first exercise's answer
+    assert "17" in solution.inner_text()  # the first exercise's answer
     visit.page.close()
 
 
@@ -211,15 +227,18 @@ def run_linkchecker(start: Path, folder: Path):
     linkchecker = Path(sys.executable).parent / "linkchecker"
     return subprocess.run(
         [str(linkchecker), "--config", str(folder / "linkcheckerrc"), "--no-status", str(start)],
-        capture_output=True, text=True)
+        capture_output=True,
+        text=True,
+    )
 
 
 def test_every_internal_link_and_anchor_resolves(built_book, readable_dir):
     result = run_linkchecker(built_book / "index.html", readable_dir)
-    summary = result.stdout[result.stdout.rfind("That's it."):]
+    summary = result.stdout[result.stdout.rfind("That's it.") :]
     # LinkChecker reports a missing anchor as a warning, a missing page as an error.
-    assert result.returncode == 0 and "0 warnings found. 0 errors found." in summary, \
-        result.stdout[-4000:]
+    assert result.returncode == 0 and "0 warnings found. 0 errors found." in summary, result.stdout[
+        -4000:
+    ]
     checked = int(summary.split(" links in ")[0].split()[-1])
     assert checked > 100, "the checker saw too few links to have crawled the book"
 
@@ -229,7 +248,8 @@ def test_link_checker_catches_a_broken_link_and_a_broken_anchor(readable_dir):
     pages.mkdir(mode=0o755)
     (pages / "index.html").write_text(
         '<html><body><a href="other.html#missing">bad anchor</a>'
-        '<a href="nowhere.html">bad page</a><a href="other.html#here">good</a></body></html>')
+        '<a href="nowhere.html">bad page</a><a href="other.html#here">good</a></body></html>'
+    )
     (pages / "other.html").write_text('<html><body><h1 id="here">x</h1></body></html>')
     for page in pages.iterdir():
         page.chmod(0o644)

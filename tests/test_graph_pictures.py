@@ -179,7 +179,9 @@ def _grad_is_none_after_backward(named: dict, output):
 def test_greyed_nodes_are_exactly_those_backward_leaves_without_gradient(cut):
     rec, x, s, u, y = detach_example(cut)
     view = gp.forward_view(rec, y, alt="view")
-    assert names_in(view.greyed) == _grad_is_none_after_backward({"x": x, "s": s, "u": u, "y": y}, y)
+    assert names_in(view.greyed) == _grad_is_none_after_backward(
+        {"x": x, "s": s, "u": u, "y": y}, y
+    )
 
 
 def test_greyed_follow_autograd_in_a_branching_graph():
@@ -188,7 +190,7 @@ def test_greyed_follow_autograd_in_a_branching_graph():
     const = torch.tensor([1.0, 1.0])
     with gp.record() as rec:
         left = a * 2
-        unused = b.exp()            # computed, but not part of `out`
+        unused = b.exp()  # computed, but not part of `out`
         cut = (b + 1).detach()
         out = left + cut + const
     view = gp.forward_view(rec, out, alt="view")
@@ -256,7 +258,7 @@ def test_recording_leaves_gradients_unchanged():
             loss = _ops_under_test(x, w)
         loss.backward()
         grads.append((loss.detach(), x.grad, w.grad))
-    for plain, recorded in zip(*grads):
+    for plain, recorded in zip(*grads, strict=True):
         assert torch.equal(plain, recorded)
 
 
@@ -295,7 +297,11 @@ def test_long_chain_forward_view_draws_without_recursion_error():
 
 def test_grad_fn_names_lists_what_a_detach_removes():
     x = torch.tensor([1.0, 2.0], requires_grad=True)
-    assert gp.grad_fn_names(x * x.sigmoid()) == ["AccumulateGrad", "MulBackward0", "SigmoidBackward0"]
+    assert gp.grad_fn_names(x * x.sigmoid()) == [
+        "AccumulateGrad",
+        "MulBackward0",
+        "SigmoidBackward0",
+    ]
     assert gp.grad_fn_names(x * x.sigmoid().detach()) == ["AccumulateGrad", "MulBackward0"]
     assert gp.grad_fn_names(x.detach()) == []
 

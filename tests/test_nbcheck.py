@@ -22,13 +22,13 @@ def test_checker_flags_every_wrong_cell_and_only_those():
 def test_checker_names_what_is_wrong():
     nb = nbcheck.execute(FIXTURE)
     text = "\n".join(nbcheck.problems_in_executed(nb, FIXTURE))
-    assert "expected ValueError, raised KeyError" in text          # wrong type
+    assert "expected ValueError, raised KeyError" in text  # wrong type
     assert "message differs" in text and "another message" in text  # wrong message
-    assert "unexpected ValueError: nobody declared this" in text    # untagged error
-    assert "raised nothing" in text                                 # tagged, no error
-    assert "declares no expected_error" in text                     # tag without declaration
-    assert "lacks the raises-exception tag" in text                 # declaration without tag
-    assert "wrong_declarations.ipynb, cell 2" in text               # names notebook and cell
+    assert "unexpected ValueError: nobody declared this" in text  # untagged error
+    assert "raised nothing" in text  # tagged, no error
+    assert "declares no expected_error" in text  # tag without declaration
+    assert "lacks the raises-exception tag" in text  # declaration without tag
+    assert "wrong_declarations.ipynb, cell 2" in text  # names notebook and cell
 
 
 def test_correct_declaration_passes():
@@ -40,7 +40,10 @@ def test_correct_declaration_passes():
 def test_stored_state_flags_outputs_counts_and_metadata():
     cell = new_code_cell("1 + 1", execution_count=3, metadata={"collapsed": True})
     cell.outputs = [new_output("execute_result", data={"text/plain": "2"}, execution_count=3)]
-    nb = new_notebook(cells=[cell], metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}})
+    nb = new_notebook(
+        cells=[cell],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3"}, "widgets": {}},
+    )
     problems = "\n".join(nbcheck.stored_state_problems(nb, "dirty.ipynb"))
     assert "has outputs" in problems
     assert "execution count" in problems

@@ -62,6 +62,6 @@ def test_same_outputs_as_the_book_build(executed, built_book, path):
     ours = nbcheck.comparable_outputs(executed[path])
     theirs = nbcheck.comparable_outputs(build_run(built_book, path))
     assert len(ours) == len(theirs)
-    for index, (a, b) in enumerate(zip(ours, theirs)):
+    for index, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert a == b, f"{path.name}: code cell {index} printed something else in the build"
     assert any(ours), "no outputs at all: the comparison would prove nothing"

@@ -10,8 +10,16 @@ from packaging.utils import canonicalize_name
 import nbcheck
 
 ROOT = nbcheck.ROOT
-DIRECT = ["torch", "jupyter-book", "sphinx-exercise", "matplotlib", "graphviz", "torchviz",
-          "ipykernel", "scikit-learn"]
+DIRECT = [
+    "torch",
+    "jupyter-book",
+    "sphinx-exercise",
+    "matplotlib",
+    "graphviz",
+    "torchviz",
+    "ipykernel",
+    "scikit-learn",
+]
 
 
 def pins(path: Path) -> dict[str, str]:

@@ -20,7 +20,10 @@ def run_without_dot(tmp_path, uid: str):
     shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
     result = subprocess.run(
         [str(bindir / "bash"), "scripts/setup-env", "book"],
-        cwd=repo, env={"PATH": str(bindir)}, capture_output=True, text=True,
+        cwd=repo,
+        env={"PATH": str(bindir)},
+        capture_output=True,
+        text=True,
     )
     return result, repo
 
@@ -56,7 +59,7 @@ def test_cache_is_dropped_when_the_helper_changes(tmp_path):
 
     subprocess.run(script, check=True)
     build_leftovers()
-    subprocess.run(script, check=True)                      # nothing changed
+    subprocess.run(script, check=True)  # nothing changed
     assert (repo / "_build" / ".jupyter_cache").exists()
     (repo / "notebooks" / "helper.py").write_text("A = 2\n")
     out = subprocess.run(script, check=True, capture_output=True, text=True).stdout

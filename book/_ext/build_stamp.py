@@ -48,8 +48,10 @@ def _stamp_executed_pages(app, doctree, docname):
         return
     ran_on = datetime.datetime.fromtimestamp(record["mtime"], datetime.timezone.utc).date()
     values = stamp_values()
-    text = (f"Verified: the code on this page ran with torch {values['torch_version']} "
-            f"(Python {values['python_version']}) on {ran_on.isoformat()}.")
+    text = (
+        f"Verified: the code on this page ran with torch {values['torch_version']} "
+        f"(Python {values['python_version']}) on {ran_on.isoformat()}."
+    )
     stamp = nodes.paragraph(text, text, classes=["verified-stamp"])
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is not None and section.children and isinstance(section[0], nodes.title):
@@ -63,8 +65,10 @@ def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
     seen, unique = set(), []
     for script in context.get("script_files", []):
         # the replayed copy has filename '' where the original has None
-        key = (getattr(script, "filename", script) or "",
-               tuple(sorted(getattr(script, "attributes", {}).items())))
+        key = (
+            getattr(script, "filename", script) or "",
+            tuple(sorted(getattr(script, "attributes", {}).items())),
+        )
         if key not in seen:
             seen.add(key)
             unique.append(script)

@@ -61,8 +61,14 @@ def declared_errors(root: Path = ROOT) -> list[dict]:
                         section = heading[1]
             declared = cell.get("metadata", {}).get("expected_error")
             if cell["cell_type"] == "code" and declared:
-                found.append({**declared, "docname": docname, "chapter": chapter,
-                              "section": section or chapter})
+                found.append(
+                    {
+                        **declared,
+                        "docname": docname,
+                        "chapter": chapter,
+                        "section": section or chapter,
+                    }
+                )
     return found
 
 
@@ -92,8 +98,9 @@ class ErrorIndex(Directive):
         for error in declared_errors():
             env.note_dependency(str(ROOT / f"{error['docname']}.ipynb"))
             key, text = explanation_for(error["message"], explanations)
-            entry = entries.setdefault(key, {"text": text, "type": error["type"], "shown": [],
-                                             "messages": []})
+            entry = entries.setdefault(
+                key, {"text": text, "type": error["type"], "shown": [], "messages": []}
+            )
             if error["message"] not in entry["messages"]:
                 entry["messages"].append(error["message"])
             place = (error["docname"], error["chapter"], error["section"])
@@ -104,8 +111,9 @@ class ErrorIndex(Directive):
             section = nodes.section(ids=[nodes.make_id("error " + key)])
             section += nodes.title(text=key)
             for message in entry["messages"]:
-                section += nodes.literal_block(message, f"{entry['type']}: {message}",
-                                               classes=["error-message"])
+                section += nodes.literal_block(
+                    message, f"{entry['type']}: {message}", classes=["error-message"]
+                )
             items = nodes.definition_list()
             for label in ("meaning", "cause", "fix"):
                 item = nodes.definition_list_item()
@@ -120,8 +128,12 @@ class ErrorIndex(Directive):
                     links += nodes.Text("; ")
                 uri = env.app.builder.get_relative_uri(env.docname, docname)
                 anchor = nodes.make_id(_plain(title))
-                links += nodes.reference("", f"{_plain(chapter)}, “{_plain(title)}”",
-                                         refuri=f"{uri}#{anchor}", internal=True)
+                links += nodes.reference(
+                    "",
+                    f"{_plain(chapter)}, “{_plain(title)}”",
+                    refuri=f"{uri}#{anchor}",
+                    internal=True,
+                )
             shown += nodes.definition("", links)
             items += shown
             section += items
