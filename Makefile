@@ -31,8 +31,13 @@ test: lint
 lint:
 	@scripts/setup-env dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check notebooks/*.py tests/*.py book/_ext/*.py
+	$(BIN)/ruff format --check notebooks/*.py tests/*.py book/_ext/*.py scripts/*.py
 	$(BIN)/python scripts/check-notebooks
+
+bench:
+	@scripts/setup-env dev
+	@test -f _build/html/index.html || { echo "Run 'make book' first." >&2; exit 1; }
+	$(BIN)/python scripts/bench.py
 
 serve:
 	@test -f _build/html/index.html || { echo "No book built yet: run 'make book' first." >&2; exit 1; }

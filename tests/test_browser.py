@@ -11,6 +11,7 @@ import contextlib
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from playwright.sync_api import sync_playwright
 import nbcheck
 
 ROOT = nbcheck.ROOT
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 PAGES = nbcheck.toc_files()
 SHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_ARGS = [

@@ -7,19 +7,20 @@ import subprocess
 import nbcheck
 
 
-def run_without_dot(tmp_path, uid: str):
-    # A PATH with just what the script needs before its Graphviz check: no `dot`,
-    # no `apt-get`, and an `id` that reports the given user id.
+def run_without_dot(tmp_path, uid: str, profile: str = "book", tools=("bash", "dirname", "cat")):
+    # A PATH with just what the script needs before its system checks: no `dot`
+    # (unless asked for), no `apt-get`, no `chromium`, and an `id` that reports the
+    # given user id.
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    for tool in ("bash", "dirname", "cat"):
+    for tool in tools:
         os.symlink(shutil.which(tool), bindir / tool)
     (bindir / "id").write_text(f"#!{shutil.which('bash')}\necho {uid}\n")
     (bindir / "id").chmod(0o755)
     repo = tmp_path / "repo"
     shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
     result = subprocess.run(
-        [str(bindir / "bash"), "scripts/setup-env", "book"],
+        [str(bindir / "bash"), "scripts/setup-env", profile],
         cwd=repo,
         env={"PATH": str(bindir)},
         capture_output=True,
@@ -41,6 +42,17 @@ def test_missing_graphviz_as_root_without_apt_stops_the_same_way(tmp_path):
     result, repo = run_without_dot(tmp_path, uid="0")
     assert result.returncode != 0
     assert "apt-get install graphviz" in result.stderr
+    assert not (repo / ".venv").exists()
+
+
+def test_missing_chromium_for_the_tests_stops_with_one_clear_line(tmp_path):
+    result, repo = run_without_dot(
+        tmp_path, uid="1000", profile="dev", tools=("bash", "dirname", "cat", "dot")
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "sudo apt-get install chromium" in lines[0] and "CHROMIUM=" in lines[0]
     assert not (repo / ".venv").exists()
 
 
