@@ -33,8 +33,8 @@ def skeleton_problems(path) -> list[str]:
     first_code = next((c.source for c in nb.cells if c.cell_type == "code"), "")
     if "import torch" not in first_code or "manual_seed" not in first_code:
         problems.append("the first code cell must import and seed (torch.manual_seed)")
-    if markdown.count("{exercise}") < 1 or markdown.count("{solution-start}") < 1:
-        problems.append("the exercises need at least one {exercise} with a {solution-start}")
+    if markdown.count("{exercise}") < 3 or markdown.count("{solution-start}") < 3:
+        problems.append("needs at least three {exercise}s, each with a {solution-start}")
     return problems
 
 
