@@ -1,7 +1,7 @@
 """Sphinx extension: the ``error-index`` directive.
 
 It lists every error the chapters trigger on purpose, read from the
-``expected_error`` declarations in the notebooks of ``_toc.yml`` (the same
+``expected_error`` declarations in the notebooks the book builds (the same
 declarations the tests check against the executed output), so the index cannot
 drift from what the chapters show. Each entry links to the section that
 demonstrates it, and takes its explanation from ``book/error-explanations.yml``.
@@ -20,23 +20,6 @@ from sphinx.errors import ExtensionError
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def toc_notebooks(root: Path = ROOT) -> list[str]:
-    """Docnames of the notebooks listed in _toc.yml, in reading order."""
-    toc = yaml.safe_load((root / "_toc.yml").read_text(encoding="utf-8"))
-    names = [toc["root"]]
-
-    def walk(entries):
-        for entry in entries or []:
-            if "file" in entry:
-                names.append(entry["file"])
-            walk(entry.get("sections"))
-
-    for part in toc.get("parts", []):
-        walk(part.get("chapters"))
-    walk(toc.get("chapters"))
-    return [n for n in names if (root / f"{n}.ipynb").exists()]
-
-
 def _heading(source: str) -> tuple[int, str] | None:
     for line in source.splitlines():
         if line.startswith("#"):
@@ -45,11 +28,16 @@ def _heading(source: str) -> tuple[int, str] | None:
     return None
 
 
-def declared_errors(root: Path = ROOT) -> list[dict]:
-    """Every declared expected error: message, type, chapter, section title, chapter title."""
+def declared_errors(env) -> list[dict]:
+    """Every declared expected error: message, type, chapter, section title, chapter title.
+
+    Read from the notebooks Sphinx builds (with only_build_toc_files, those of _toc.yml).
+    """
     found = []
-    for docname in toc_notebooks(root):
-        cells = json.loads((root / f"{docname}.ipynb").read_text(encoding="utf-8"))["cells"]
+    notebooks = sorted(d for d in env.found_docs if str(env.doc2path(d)).endswith(".ipynb"))
+    for docname in notebooks:
+        path = Path(env.doc2path(docname))
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         chapter, section = docname, None
         for cell in cells:
             if cell["cell_type"] == "markdown":
@@ -95,8 +83,8 @@ class ErrorIndex(Directive):
         explanations = yaml.safe_load((ROOT / "book" / "error-explanations.yml").read_text("utf-8"))
         env.note_dependency(str(ROOT / "book" / "error-explanations.yml"))
         entries: dict[str, dict] = {}
-        for error in declared_errors():
-            env.note_dependency(str(ROOT / f"{error['docname']}.ipynb"))
+        for error in declared_errors(env):
+            env.note_dependency(str(env.doc2path(error["docname"])))
             key, text = explanation_for(error["message"], explanations)
             entry = entries.setdefault(
                 key, {"text": text, "type": error["type"], "shown": [], "messages": []}
