@@ -86,3 +86,13 @@ def test_references_are_cited(built_book):
         (built_book / "notebooks" / "06-simsiam.html").read_text("utf-8"), "html.parser"
     )
     assert simsiam.select("a[href*='references.html#']"), "chapter 6 cites nothing"
+
+
+def test_chapters_link_the_appendices(built_book):
+    for path in nbcheck.toc_notebooks():
+        if path.parent.name != "notebooks":
+            continue
+        doc = path.relative_to(ROOT).with_suffix(".html")
+        soup = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser")
+        hrefs = {a["href"].split("#")[0] for a in soup.select("article a[href]")}
+        assert "../book/errors.html" in hrefs and "../book/glossary.html" in hrefs, doc
