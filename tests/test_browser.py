@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from pathlib import Path
 from urllib.parse import urlparse
@@ -194,9 +195,10 @@ def test_launch_and_download_buttons_point_where_the_config_says(browser, site):
 
 
 # LinkChecker checks the built files directly (file://). Run as root, it drops its
-# privileges to "nobody", so everything it reads sits in world-readable folders under
-# _build/. Anything not in the book (the CDN, the repository, papers) is outside this
-# test: there is no network here.
+# privileges to "nobody", who may be unable to enter the clone's folder (CI's clone
+# may sit under /root), so it checks a world-readable copy in the system temp folder.
+# Anything not in the book (the CDN, the repository, papers) is outside this test:
+# there is no network here.
 LINKCHECK_CONFIG = """
 [checking]
 threads=2
@@ -214,14 +216,21 @@ verbose=0
 
 
 @pytest.fixture
-def readable_dir(built_book):
-    folder = built_book.parent / "linkcheck"
-    shutil.rmtree(folder, ignore_errors=True)
-    folder.mkdir(mode=0o755)
+def readable_dir():
+    """A folder that the user "nobody" can read, with the LinkChecker configuration."""
+    folder = Path(tempfile.mkdtemp(prefix="wgs-linkcheck-"))
     folder.chmod(0o755)
     (folder / "linkcheckerrc").write_text(LINKCHECK_CONFIG)
     yield folder
     shutil.rmtree(folder, ignore_errors=True)
+
+
+def readable_copy(source: Path, folder: Path) -> Path:
+    target = folder / source.name
+    shutil.copytree(source, target)
+    for path in [target, *target.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
 
 
 def run_linkchecker(start: Path, folder: Path):
@@ -234,7 +243,8 @@ def run_linkchecker(start: Path, folder: Path):
 
 
 def test_every_internal_link_and_anchor_resolves(built_book, readable_dir):
-    result = run_linkchecker(built_book / "index.html", readable_dir)
+    site = readable_copy(built_book, readable_dir)
+    result = run_linkchecker(site / "index.html", readable_dir)
     summary = result.stdout[result.stdout.rfind("That's it.") :]
     # LinkChecker reports a missing anchor as a warning, a missing page as an error.
     assert result.returncode == 0 and "0 warnings found. 0 errors found." in summary, result.stdout[
@@ -244,17 +254,16 @@ def test_every_internal_link_and_anchor_resolves(built_book, readable_dir):
     assert checked > 100, "the checker saw too few links to have crawled the book"
 
 
-def test_link_checker_catches_a_broken_link_and_a_broken_anchor(readable_dir):
-    pages = readable_dir / "site"
-    pages.mkdir(mode=0o755)
+def test_link_checker_catches_a_broken_link_and_a_broken_anchor(readable_dir, tmp_path):
+    pages = tmp_path / "site"
+    pages.mkdir()
     (pages / "index.html").write_text(
         '<html><body><a href="other.html#missing">bad anchor</a>'
         '<a href="nowhere.html">bad page</a><a href="other.html#here">good</a></body></html>'
     )
     (pages / "other.html").write_text('<html><body><h1 id="here">x</h1></body></html>')
-    for page in pages.iterdir():
-        page.chmod(0o644)
-    result = run_linkchecker(pages / "index.html", readable_dir)
+    site = readable_copy(pages, readable_dir)
+    result = run_linkchecker(site / "index.html", readable_dir)
     assert result.returncode != 0
     assert "nowhere.html" in result.stdout and "#missing" in result.stdout
     assert "1 warning found. 1 error found." in result.stdout
