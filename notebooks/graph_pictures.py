@@ -132,13 +132,7 @@ def count_grad_fns(output: torch.Tensor) -> int:
 
 def grad_fn_names(output: torch.Tensor) -> list[str]:
     """Sorted type names of the backward nodes reachable from ``output`` (what torchviz draws)."""
-    seen, stack = set(), [output.grad_fn] if output.grad_fn is not None else []
-    while stack:
-        fn = stack.pop()
-        if fn not in seen:
-            seen.add(fn)
-            stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
-    return sorted(type(fn).__name__ for fn in seen)
+    return sorted(type(fn).__name__ for fn in {fn for fn, _ in _reached_by_backward(output)})
 
 
 def _stable_source(dot: graphviz.Digraph) -> str:
@@ -472,6 +466,7 @@ def forward_view(
         return f"{name}\n{shape}" if name else shape
 
     used = sorted({i for op in recording.ops for i in op.inputs + op.outputs})
+    labels = {i: label(i) for i in used}
     gets = {i: _gets_gradient(recording.values[i], reached) for i in used}
     # The newest state of a tensor carries its hooks.
     newest = {id(recording.values[i].tensor): i for i in used}
@@ -482,7 +477,7 @@ def forward_view(
     )
     hooked = []
     for i in used:
-        text = label(i)
+        text = labels[i]
         if gets[i]:
             dot.node(
                 f"v{i}",
@@ -528,14 +523,14 @@ def forward_view(
             on_path = not cut and gets[j]
             dot.edge(f"op{k}", f"v{j}", **_edge_style(cut, on_path))
             if cut:
-                cut_edges += [(label(i), label(j)) for i in op.inputs]
+                cut_edges += [(labels[i], labels[j]) for i in op.inputs]
 
     return ForwardPicture(
         svg=_svg(dot.source),
         alt=alt,
         caption=caption,
-        labels=tuple(label(i) for i in used),
-        greyed=tuple(sorted(label(i) for i in used if not gets[i])),
+        labels=tuple(labels[i] for i in used),
+        greyed=tuple(sorted(labels[i] for i in used if not gets[i])),
         cut_edges=tuple(cut_edges),
         hooked=tuple(hooked),
     )
