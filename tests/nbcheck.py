@@ -13,14 +13,15 @@ must not fail at all.
 from __future__ import annotations
 
 import re
+import shutil
 from pathlib import Path
 
 import nbformat
 import yaml
+from bs4 import BeautifulSoup
 from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
-CELL_TIMEOUT = 180  # seconds, as in _config.yml
 ALLOWED_NOTEBOOK_METADATA = {"kernelspec", "language_info"}
 ALLOWED_CELL_METADATA = {"tags", "expected_error"}
 
@@ -45,6 +46,31 @@ def toc_files(root: Path = ROOT) -> list[str]:
 def toc_notebooks(root: Path = ROOT) -> list[Path]:
     """The notebooks listed in _toc.yml, in reading order."""
     return [root / f"{f}.ipynb" for f in toc_files(root) if (root / f"{f}.ipynb").exists()]
+
+
+def html(path: Path) -> BeautifulSoup:
+    """A built page, parsed."""
+    return BeautifulSoup(Path(path).read_text(encoding="utf-8"), "html.parser")
+
+
+def built_page(html_root: Path, notebook_or_doc: Path | str) -> BeautifulSoup:
+    """The built page of a docname ('book/intro') or of a source notebook path."""
+    doc = Path(notebook_or_doc)
+    if doc.is_absolute():
+        doc = doc.relative_to(ROOT)
+    return html(html_root / doc.with_suffix(".html"))
+
+
+def repo_copy(dest: Path, names: list[str]) -> Path:
+    """Copy these top-level files and folders of the repository into ``dest``, sharing .venv."""
+    for name in names:
+        if (ROOT / name).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "_build")
+            shutil.copytree(ROOT / name, dest / name, ignore=ignore)
+        else:
+            shutil.copy(ROOT / name, dest / name)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    return dest
 
 
 def where(nb_path: Path | str, index: int, cell) -> str:
@@ -100,7 +126,12 @@ def problems_in_executed(nb, nb_path: Path | str = "notebook") -> list[str]:
     return problems
 
 
-def execute(nb_path: Path, timeout: int = CELL_TIMEOUT):
+def cell_timeout(root: Path = ROOT) -> int:
+    """Seconds per cell: the same limit the book build uses (_config.yml)."""
+    return yaml.safe_load((root / "_config.yml").read_text("utf-8"))["execute"]["timeout"]
+
+
+def execute(nb_path: Path, timeout: int | None = None):
     """Run a notebook top to bottom on a fresh kernel, from its own folder.
 
     Errors do not stop the run: every cell runs, so ``problems_in_executed`` can
@@ -109,7 +140,7 @@ def execute(nb_path: Path, timeout: int = CELL_TIMEOUT):
     nb = nbformat.read(nb_path, as_version=4)
     client = NotebookClient(
         nb,
-        timeout=timeout,
+        timeout=timeout or cell_timeout(),
         kernel_name="python3",
         allow_errors=True,
         resources={"metadata": {"path": str(nb_path.parent)}},

@@ -4,7 +4,6 @@ import re
 
 import nbformat
 import yaml
-from bs4 import BeautifulSoup
 
 import nbcheck
 
@@ -20,7 +19,7 @@ def declared_messages():
 
 
 def test_error_index_lists_every_declared_error(built_book):
-    page = BeautifulSoup((built_book / "book" / "errors.html").read_text("utf-8"), "html.parser")
+    page = nbcheck.built_page(built_book, "book/errors")
     blocks = [pre.get_text() for pre in page.select("pre.error-message")]
     missing = [
         (name, e["message"][:60])
@@ -40,24 +39,21 @@ def test_every_explanation_is_used():
 
 
 def test_error_index_links_to_sections_that_exist(built_book):
-    page = BeautifulSoup((built_book / "book" / "errors.html").read_text("utf-8"), "html.parser")
+    page = nbcheck.built_page(built_book, "book/errors")
     links = [a["href"] for a in page.select("article dd a[href*='#']")]
     assert links
     for href in links:
         target, anchor = href.split("#")
-        soup = BeautifulSoup((built_book / "book" / target).read_text("utf-8"), "html.parser")
+        soup = nbcheck.html(built_book / "book" / target)
         assert soup.find(id=anchor), href
 
 
 def test_chapters_link_glossary_terms(built_book):
-    glossary = BeautifulSoup(
-        (built_book / "book" / "glossary.html").read_text("utf-8"), "html.parser"
-    )
+    glossary = nbcheck.built_page(built_book, "book/glossary")
     terms = {dt.get("id") for dt in glossary.select("dl.glossary dt")}
     used = set()
     for path in nbcheck.toc_notebooks():
-        doc = path.relative_to(ROOT).with_suffix(".html")
-        soup = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser")
+        soup = nbcheck.built_page(built_book, path)
         used |= {a["href"].split("#")[1] for a in soup.select("a[href*='glossary.html#']")}
     assert used and used <= terms
     assert len(used) >= 8, f"only {len(used)} glossary terms are linked from the chapters"
@@ -68,23 +64,16 @@ def test_every_chapter_page_is_stamped_with_the_torch_that_ran_it(built_book):
 
     version = torch.__version__.split("+")[0]
     for path in nbcheck.toc_notebooks():
-        doc = path.relative_to(ROOT).with_suffix(".html")
-        stamp = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser").select_one(
-            "p.verified-stamp"
-        )
-        assert stamp is not None, doc
+        stamp = nbcheck.built_page(built_book, path).select_one("p.verified-stamp")
+        assert stamp is not None, path.name
         assert re.search(rf"torch {re.escape(version)} .* on \d{{4}}-\d{{2}}-\d{{2}}\.", stamp.text)
 
 
 def test_references_are_cited(built_book):
-    refs = BeautifulSoup(
-        (built_book / "book" / "references.html").read_text("utf-8"), "html.parser"
-    )
+    refs = nbcheck.built_page(built_book, "book/references")
     entries = refs.select("div.citation, dl.citation > dt, .citation")
     assert len(entries) >= 9
-    simsiam = BeautifulSoup(
-        (built_book / "notebooks" / "06-simsiam.html").read_text("utf-8"), "html.parser"
-    )
+    simsiam = nbcheck.built_page(built_book, "notebooks/06-simsiam")
     assert simsiam.select("a[href*='references.html#']"), "chapter 6 cites nothing"
 
 
@@ -92,7 +81,6 @@ def test_chapters_link_the_appendices(built_book):
     for path in nbcheck.toc_notebooks():
         if path.parent.name != "notebooks":
             continue
-        doc = path.relative_to(ROOT).with_suffix(".html")
-        soup = BeautifulSoup((built_book / doc).read_text("utf-8"), "html.parser")
+        soup = nbcheck.built_page(built_book, path)
         hrefs = {a["href"].split("#")[0] for a in soup.select("article a[href]")}
-        assert "../book/errors.html" in hrefs and "../book/glossary.html" in hrefs, doc
+        assert "../book/errors.html" in hrefs and "../book/glossary.html" in hrefs, path.name

@@ -3,18 +3,12 @@
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import torch
-from bs4 import BeautifulSoup
 
 import nbcheck
 
 ROOT = nbcheck.ROOT
-
-
-def page(html_root: Path, doc: str) -> BeautifulSoup:
-    return BeautifulSoup((html_root / f"{doc}.html").read_text(encoding="utf-8"), "html.parser")
 
 
 def test_every_toc_page_is_built(built_book):
@@ -26,7 +20,7 @@ def test_every_toc_page_is_built(built_book):
 def test_every_image_exists_and_has_alt_text(built_book):
     problems, seen = [], 0
     for doc in nbcheck.toc_files():
-        for img in page(built_book, doc).find_all("img"):
+        for img in nbcheck.built_page(built_book, doc).find_all("img"):
             seen += 1
             src, alt = img.get("src", ""), (img.get("alt") or "").strip()
             if not alt:
@@ -38,7 +32,7 @@ def test_every_image_exists_and_has_alt_text(built_book):
 
 
 def test_chapter_one_shows_a_torchviz_graph(built_book):
-    soup = page(built_book, "notebooks/01-autograd-graph")
+    soup = nbcheck.built_page(built_book, "notebooks/01-autograd-graph")
     graphs = soup.select("figure.gradient-graph img[src^='data:image/svg+xml']")
     assert graphs, "chapter 1 shows no graph picture"
     assert all(g["alt"].strip() for g in graphs)
@@ -47,7 +41,7 @@ def test_chapter_one_shows_a_torchviz_graph(built_book):
 
 def test_tracebacks_only_in_cells_declared_to_fail(built_book):
     for doc in nbcheck.toc_files():
-        soup = page(built_book, doc)
+        soup = nbcheck.built_page(built_book, doc)
         for trace in soup.select("div.output.traceback"):
             cell = trace.find_parent("div", class_="cell")
             declared = cell is not None and "tag_raises-exception" in cell["class"]
@@ -59,15 +53,16 @@ def test_tracebacks_only_in_cells_declared_to_fail(built_book):
 
 def test_declared_failures_show_their_traceback(built_book):
     for path in nbcheck.toc_notebooks():
-        doc = str(path.relative_to(ROOT).with_suffix(""))
         nb = nbcheck.nbformat.read(path, as_version=4)
         declared = sum("expected_error" in c.metadata for c in nb.cells)
-        shown = page(built_book, doc).select("div.cell.tag_raises-exception div.output.traceback")
-        assert len(shown) == declared, doc
+        shown = nbcheck.built_page(built_book, path).select(
+            "div.cell.tag_raises-exception div.output.traceback"
+        )
+        assert len(shown) == declared, path.name
 
 
 def test_intro_states_the_torch_it_was_built_with(built_book):
-    text = page(built_book, "book/intro").get_text(" ")
+    text = nbcheck.built_page(built_book, "book/intro").get_text(" ")
     version = torch.__version__.split("+")[0]
     assert re.search(rf"torch\s+{re.escape(version)}\b", text), (
         "intro does not name the build's torch"
@@ -76,17 +71,18 @@ def test_intro_states_the_torch_it_was_built_with(built_book):
 
 def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     # A one-chapter book with this repository's configuration and a chapter that fails.
-    for name in (
-        "_config.yml",
-        "Makefile",
-        "requirements.txt",
-        "requirements-dev.txt",
-        "requirements-lab.txt",
-    ):
-        shutil.copy(ROOT / name, tmp_path / name)
-    shutil.copytree(ROOT / "scripts", tmp_path / "scripts")
+    nbcheck.repo_copy(
+        tmp_path,
+        [
+            "_config.yml",
+            "Makefile",
+            "requirements.txt",
+            "requirements-dev.txt",
+            "requirements-lab.txt",
+            "scripts",
+        ],
+    )
     shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
-    (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n",
@@ -114,5 +110,5 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
 
 def test_no_substitution_is_left_unfilled(built_book):
     for doc in nbcheck.toc_files():
-        text = page(built_book, doc).select_one("article").get_text()
+        text = nbcheck.built_page(built_book, doc).select_one("article").get_text()
         assert "{{" not in text, f"{doc} shows an unfilled {{{{ substitution }}}}"

@@ -1,7 +1,5 @@
 """`make lint` fails on a notebook committed with outputs."""
 
-import os
-import shutil
 import subprocess
 
 import nbformat
@@ -9,25 +7,21 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 import nbcheck
 
-ROOT = nbcheck.ROOT
-
 
 def lint_copy(tmp_path):
     """A copy of what `make lint` reads, sharing the real .venv."""
-    for name in (
+    names = [
         "Makefile",
         "ruff.toml",
         "requirements.txt",
         "requirements-dev.txt",
         "requirements-lab.txt",
-    ):
-        shutil.copy(ROOT / name, tmp_path / name)
-    for folder in ("scripts", "tests", "notebooks", "book"):
-        shutil.copytree(
-            ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__pycache__", "_build")
-        )
-    os.symlink(ROOT / ".venv", tmp_path / ".venv")
-    return tmp_path
+        "scripts",
+        "tests",
+        "notebooks",
+        "book",
+    ]
+    return nbcheck.repo_copy(tmp_path, names)
 
 
 def make_lint(repo):
