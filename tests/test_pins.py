@@ -19,6 +19,7 @@ DIRECT = [
     "torchviz",
     "ipykernel",
     "scikit-learn",
+    "sphinx-mathjax-offline",
 ]
 
 
