@@ -1,0 +1,125 @@
+"""The built book in the theme's dark mode: readable text and readable pictures.
+
+The browser reports a dark system setting, as a reader's would, and the theme follows
+it (`default_mode: auto`). Each page is screenshotted (_build/screenshots/dark__*.png)
+and checked with axe's colour-contrast rule (results in axe-dark.json). Every picture
+must stay readable: the book's pictures are drawn dark on white, so in dark mode each
+must still show a light ground with ink at least 4.5:1 against it (WCAG's ratio for
+text), not dark ink on the dark page or an inverted, dimmed copy. The last tests show
+both checks failing on a page deliberately broken in the browser.
+"""
+
+import io
+import json
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from PIL import Image
+from test_browser import PAGES, SHOTS, PageVisit, browser, site  # noqa: F401 (fixtures)
+
+PICTURES = "article.bd-article img"
+MIN_CONTRAST = 4.5  # WCAG 2 AA, normal text
+COLOUR_CONTRAST = {"runOnly": {"type": "rule", "values": ["color-contrast"]}}
+
+
+class DarkBrowser:
+    """The test browser, opening every page with a dark system colour scheme."""
+
+    def __init__(self, browser):  # noqa: F811
+        self.browser = browser
+
+    def new_page(self, **options):
+        return self.browser.new_page(color_scheme="dark", **options)
+
+
+def luminance(rgb) -> float:
+    """WCAG relative luminance of an sRGB colour."""
+
+    def channel(value):
+        c = value / 255
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(v) for v in rgb[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def ground_and_ink(png: bytes) -> tuple[float, float]:
+    """Luminance of a picture's ground (its commonest colour) and of its darkest ink
+    (the darkest colour covering at least 0.05% of it, so that no stray pixel counts)."""
+    image = Image.open(io.BytesIO(png)).convert("RGB")
+    colours = image.getcolors(maxcolors=image.width * image.height)
+    ground = max(colours)[1]
+    enough = max(1, image.width * image.height // 2000)
+    ink = min(luminance(rgb) for count, rgb in colours if count >= enough)
+    return luminance(ground), ink
+
+
+def picture_problems(page) -> list[str]:
+    problems = []
+    pictures = page.locator(PICTURES)
+    for index in range(pictures.count()):
+        picture = pictures.nth(index)
+        name = (picture.get_attribute("alt") or "")[:50]
+        ground, ink = ground_and_ink(picture.screenshot())
+        contrast = (ground + 0.05) / (ink + 0.05)
+        if ground < 0.5 or contrast < MIN_CONTRAST:
+            problems.append(f"{name!r}: ground {ground:.2f}, ink contrast {contrast:.1f}:1")
+    return problems
+
+
+def serious_contrast_violations(page) -> dict:
+    violations = Axe().run(page, options=COLOUR_CONTRAST).response["violations"]
+    return {
+        v["id"]: [n["target"] for n in v["nodes"]][:5]
+        for v in violations
+        if v["impact"] in ("serious", "critical")
+    }
+
+
+@pytest.fixture(scope="module")
+def dark_visits(browser, site):  # noqa: F811
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    visits = {}
+    for doc in PAGES:
+        visit = PageVisit(DarkBrowser(browser), site, doc)
+        visit.page.screenshot(
+            path=str(SHOTS / f"dark__{doc.replace('/', '__')}.png"), full_page=True
+        )
+        visits[doc] = visit
+    yield visits
+    for visit in visits.values():
+        visit.page.close()
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_dark_mode_is_readable(dark_visits, doc):
+    page = dark_visits[doc].page
+    assert page.evaluate("document.documentElement.dataset.theme") == "dark"
+    violations = serious_contrast_violations(page)
+    report = SHOTS / "axe-dark.json"
+    recorded = json.loads(report.read_text()) if report.exists() else {}
+    recorded[doc] = violations
+    report.write_text(json.dumps(recorded, indent=1, sort_keys=True))
+    assert violations == {}
+    assert picture_problems(page) == []
+    assert dark_visits[doc].console_errors == []
+
+
+def test_the_book_has_pictures_to_check(dark_visits):
+    counts = {doc: visit.page.locator(PICTURES).count() for doc, visit in dark_visits.items()}
+    assert counts["notebooks/01-autograd-graph"] >= 3 and sum(counts.values()) >= 15, counts
+
+
+def test_dark_mode_checks_catch_dim_pictures_and_faint_text(browser, site):  # noqa: F811
+    visit = PageVisit(DarkBrowser(browser), site, "notebooks/01-autograd-graph")
+    page = visit.page
+    # a theme that inverts and dims pictures in dark mode, and greys out paragraphs
+    page.add_style_tag(
+        content="img { filter: invert(1) brightness(0.4) !important; }"
+        " p { color: #3a3a3a !important; }"
+    )
+    try:
+        assert len(picture_problems(page)) == page.locator(PICTURES).count() > 0
+        assert "color-contrast" in serious_contrast_violations(page)
+    finally:
+        page.close()
