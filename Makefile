@@ -8,10 +8,11 @@ PORT ?= 8000
 # --keep-going: report every warning of the run, not just the first.
 BOOK_FLAGS := --warningiserror --nitpick --keep-going
 
-.PHONY: help book test lint bench serve lab clean distclean
+.PHONY: help book pdf test lint bench serve lab clean distclean
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
+	@echo "make pdf    the whole book as one PDF in _build/pdf/ (and a link to it on the intro)"
 	@echo "make test   lint, build the book and run the whole test suite"
 	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
 	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
@@ -24,6 +25,15 @@ book:
 	@scripts/invalidate-stale-cache
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# The single-page build shares the HTML build's execution cache; Chromium prints it
+# (scripts/book_pdf.py); then the HTML book is built so that its intro links the PDF.
+pdf:
+	@scripts/setup-env dev
+	@scripts/invalidate-stale-cache
+	$(BIN)/jupyter-book build . --builder singlehtml $(BOOK_FLAGS)
+	$(BIN)/python scripts/book_pdf.py
+	@$(MAKE) --no-print-directory book
 
 test: lint
 	$(BIN)/python -m pytest
