@@ -1,8 +1,18 @@
-"""scripts/setup-env: without Graphviz, and without the right to install it, it stops clearly."""
+"""scripts/setup-env: it stops clearly when a system tool or the right Python is missing,
+and it takes torch's CPU build from PyTorch's CPU index when that index answers."""
 
+import contextlib
+import http.server
 import os
 import shutil
+import socket
 import subprocess
+import threading
+import zipfile
+from pathlib import Path
+
+import pytest
+from test_pins import oldest_python_3_11, pins
 
 import nbcheck
 
@@ -78,3 +88,251 @@ def test_cache_is_dropped_when_the_helper_changes(tmp_path):
     assert "every chapter will re-run" in out
     assert not (repo / "_build" / ".jupyter_cache").exists()
     assert not (repo / "_build" / ".doctrees").exists()
+
+
+# --- torch: the CPU index when it answers, the default index otherwise ----------------
+# Stand-ins on loopback for both indexes (PEP 503 simple indexes served from a temp
+# folder), each with a tiny wheel that says where it came from; pip reads no config
+# of this machine (PIP_CONFIG_FILE=/dev/null), so nothing else can answer.
+
+TORCH = pins(nbcheck.ROOT / "requirements.txt")["torch"]
+
+
+def tiny_torch(folder: Path, version: str, came_from: str, requires=()) -> None:
+    """A one-file wheel named torch, as a PEP 503 project page in `folder`/torch/."""
+    project = folder / "torch"
+    project.mkdir(parents=True)
+    name = f"torch-{version}-py3-none-any.whl"
+    info = f"torch-{version}.dist-info"
+    lines = ["Metadata-Version: 2.1", "Name: torch", f"Version: {version}"]
+    lines += [f"Requires-Dist: {spec}" for spec in requires]
+    with zipfile.ZipFile(project / name, "w") as wheel:
+        wheel.writestr("torch/__init__.py", f"CAME_FROM = {came_from!r}\n")
+        wheel.writestr(f"{info}/METADATA", "\n".join(lines) + "\n")
+        wheel.writestr(f"{info}/WHEEL", "Wheel-Version: 1.0\nRoot-Is-Purelib: true\n")
+        wheel.writestr(f"{info}/RECORD", "")
+    href = name.replace("+", "%2B")
+    (project / "index.html").write_text(f'<html><body><a href="{href}">{name}</a></body></html>')
+
+
+@contextlib.contextmanager
+def serve(folder: Path):
+    """A package index on 127.0.0.1 serving `folder`; yields (url, paths requested)."""
+    requested = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(folder), **kwargs)
+
+        def log_message(self, *args):
+            requested.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/", requested
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def silent_index():
+    """An address on 127.0.0.1 that accepts connections and never answers: an index
+    that hangs. Yields (url, connections so far)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.2)
+    held, stop = [], threading.Event()
+
+    def hold():
+        while not stop.is_set():
+            try:
+                held.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/", held
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        listener.close()
+
+
+@pytest.fixture(scope="module")
+def template_venv(tmp_path_factory):
+    """One venv (with pip) of the oldest Python 3.11 here, copied into each repository
+    copy below: venv creation is the slow part, and setup-env reuses a marked venv."""
+    python, _ = oldest_python_3_11()
+    venv = tmp_path_factory.mktemp("template") / ".venv"
+    subprocess.run([python, "-m", "venv", str(venv)], check=True)
+    return venv
+
+
+def repo_with_pins(tmp_path: Path, template_venv: Path, requirements: str) -> Path:
+    repo = tmp_path / "repo"
+    shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
+    (repo / "requirements.txt").write_text(requirements)
+    shutil.copytree(template_venv, repo / ".venv", symlinks=True)
+    (repo / ".venv" / ".created").touch()
+    return repo
+
+
+def setup_env(repo: Path, **env: str) -> subprocess.CompletedProcess:
+    environment = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(repo.parent),
+        "PIP_CONFIG_FILE": os.devnull,
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        **env,
+    }
+    return subprocess.run(
+        ["scripts/setup-env", "book"],
+        cwd=repo,
+        env=environment,
+        capture_output=True,
+        text=True,
+    )
+
+
+def installed_torch(repo: Path) -> tuple[str, str]:
+    out = subprocess.run(
+        [
+            str(repo / ".venv" / "bin" / "python"),
+            "-c",
+            "import importlib.metadata as m, torch; print(m.version('torch'), torch.CAME_FROM)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    version, came_from = out.split()
+    return version, came_from
+
+
+def torch_line(result) -> str:
+    lines = [line for line in result.stdout.splitlines() if "torch" in line]
+    assert len(lines) == 1, result.stdout + result.stderr
+    return lines[0]
+
+
+@pytest.fixture
+def indexes(tmp_path):
+    """(CPU stand-in folder, default stand-in folder): the CPU index has the +cpu
+    build; the default one a build that, like PyPI's Linux wheel, names NVIDIA
+    libraries (behind an extra, so that this tiny wheel installs alone)."""
+    cpu, default = tmp_path / "cpu-index", tmp_path / "default-index"
+    tiny_torch(cpu, f"{TORCH}+cpu", "cpu-index")
+    tiny_torch(default, TORCH, "default-index", ['nvidia-cublas-cu12; extra == "never"'])
+    return cpu, default
+
+
+def test_torch_comes_from_the_cpu_index_when_it_answers(tmp_path, template_venv, indexes):
+    repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
+    with serve(indexes[0]) as (cpu_url, cpu_asked), serve(indexes[1]) as (url, asked):
+        result = setup_env(repo, TORCH_CPU_INDEX=cpu_url, PIP_INDEX_URL=url)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert torch_line(result) == (
+        f"setup-env: torch {TORCH} from PyTorch's CPU index ({cpu_url}): "
+        "the CPU build, about 190 MB to download"
+    )
+    assert installed_torch(repo) == (f"{TORCH}+cpu", "cpu-index")
+    assert not [path for path in asked if path.endswith(".whl")], asked
+
+
+def test_a_cpu_index_that_hangs_costs_one_probe_then_the_default_index(
+    tmp_path, template_venv, indexes
+):
+    repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
+    with silent_index() as (cpu_url, connections), serve(indexes[1]) as (url, _):
+        result = setup_env(repo, TORCH_CPU_INDEX=cpu_url, TORCH_INDEX_WAIT="2", PIP_INDEX_URL=url)
+        probes = len(connections)
+    assert result.returncode == 0, result.stdout + result.stderr
+    # One connection: setup-env's own probe, given up after its deadline. pip is
+    # never handed the silent index, so none of its retries and time-outs happen.
+    assert probes == 1
+    assert torch_line(result) == (
+        "setup-env: PyTorch's CPU index did not answer within 2 s; "
+        f"torch {TORCH} from the default index: the CUDA build, "
+        "about 0.5 GB plus several GB of NVIDIA libraries to download"
+    )
+    assert installed_torch(repo) == (TORCH, "default-index")
+
+
+def test_macos_and_windows_take_the_default_wheels_without_asking(tmp_path, template_venv, indexes):
+    repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
+    default = tmp_path / "mac-default-index"
+    tiny_torch(default, TORCH, "default-index")
+    fake = tmp_path / "fake-bin"
+    fake.mkdir()
+    (fake / "uname").write_text(
+        '#!/bin/sh\ncase "$1" in -s) echo Darwin ;; -m) echo arm64 ;; *) echo Darwin ;; esac\n'
+    )
+    (fake / "uname").chmod(0o755)
+    with serve(indexes[0]) as (cpu_url, cpu_asked), serve(default) as (url, _):
+        result = setup_env(
+            repo,
+            TORCH_CPU_INDEX=cpu_url,
+            PIP_INDEX_URL=url,
+            PATH=f"{fake}:{os.environ['PATH']}",
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert cpu_asked == []
+    assert torch_line(result) == (
+        f"setup-env: torch {TORCH} from the default index: a CPU build, "
+        "about 100-200 MB to download"
+    )
+    assert installed_torch(repo) == (TORCH, "default-index")
+
+
+# --- every pin's Requires-Python is checked before anything is installed --------------
+
+
+def test_a_pin_that_rejects_this_python_stops_with_one_line(tmp_path, template_venv):
+    # soupsieve 4.1.3 needs Python >= 3.11.5 (issue 20): on Debian 12's 3.11.2 the
+    # check must name it, the interpreter and what to do, before installing anything.
+    python, version = oldest_python_3_11()
+    assert version < (3, 11, 5), f"needs a Python 3.11 older than 3.11.5; the oldest is {version}"
+    repo = repo_with_pins(tmp_path, template_venv, "soupsieve==4.1.3\n")
+    machine = {k: v for k, v in os.environ.items() if k.startswith("PIP_")}
+    result = subprocess.run(
+        ["scripts/setup-env", "book"],
+        cwd=repo,
+        env={
+            "PATH": os.environ["PATH"],
+            "HOME": os.environ.get("HOME", "/"),
+            **machine,
+        },
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("setup-env: soupsieve==4.1.3 needs Python >=3.11.5"), lines[0]
+    assert f"({'.'.join(map(str, version))})" in lines[0] and "PYTHON=" in lines[0]
+    assert "soupsieve" not in installed_names(repo)
+    assert not (repo / ".venv" / ".created").exists(), "the next run would reuse this venv"
+
+
+def installed_names(repo: Path) -> set[str]:
+    out = subprocess.run(
+        [
+            str(repo / ".venv" / "bin" / "python"),
+            "-m",
+            "pip",
+            "list",
+            "--format=freeze",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return {line.split("==")[0].lower() for line in out.splitlines()}
