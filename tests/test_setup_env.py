@@ -90,6 +90,34 @@ def test_cache_is_dropped_when_the_helper_changes(tmp_path):
     assert not (repo / "_build" / ".doctrees").exists()
 
 
+def test_a_python_without_its_venv_module_stops_with_one_clear_line(tmp_path):
+    # Debian and Ubuntu ship ensurepip in python3-venv, which a fresh system may lack.
+    python, _ = oldest_python_3_11()
+    hidden = tmp_path / "no-venv-module"
+    (hidden / "ensurepip").mkdir(parents=True)
+    (hidden / "ensurepip" / "__init__.py").write_text(
+        "raise ImportError('as without python3-venv')\n"
+    )
+    fake = tmp_path / "python3.11"
+    fake.write_text(f'#!/bin/sh\nPYTHONPATH={hidden} exec {python} "$@"\n')
+    fake.chmod(0o755)
+    repo = tmp_path / "repo"
+    shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
+    (repo / "requirements.txt").write_text(f"torch=={TORCH}\n")
+    result = subprocess.run(
+        ["scripts/setup-env", "book"],
+        cwd=repo,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "PYTHON": str(fake)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "no venv module" in lines[0] and "sudo apt-get install python3-venv" in lines[0]
+    assert not (repo / ".venv").exists()
+
+
 # --- torch: the CPU index when it answers, the default index otherwise ----------------
 # Stand-ins on loopback for both indexes (PEP 503 simple indexes served from a temp
 # folder), each with a tiny wheel that says where it came from; pip reads no config
@@ -234,36 +262,93 @@ def indexes(tmp_path):
     return cpu, default
 
 
-def test_torch_comes_from_the_cpu_index_when_it_answers(tmp_path, template_venv, indexes):
+def break_probe(repo: Path, answer: int) -> None:
+    """A deliberate break: setup-env's probe of the CPU index always says `answer`
+    (0: "it answered", 1: "it did not") without asking."""
+    script = repo / "scripts" / "setup-env"
+    text = script.read_text()
+    probe = "index_answers() {\n"
+    assert probe in text
+    script.write_text(text.replace(probe, f"{probe}  return {answer}\n", 1))
+
+
+def cpu_index_problems(tmp_path, template_venv, indexes, broken=None) -> list[str]:
+    """With a CPU index that answers: what setup-env did wrong ([] when torch came from
+    it, saying so in one line, and the default index served no torch)."""
     repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
-    with serve(indexes[0]) as (cpu_url, cpu_asked), serve(indexes[1]) as (url, asked):
+    if broken is not None:
+        break_probe(repo, broken)
+    with serve(indexes[0]) as (cpu_url, _), serve(indexes[1]) as (url, asked):
         result = setup_env(repo, TORCH_CPU_INDEX=cpu_url, PIP_INDEX_URL=url)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert torch_line(result) == (
+    said = (
         f"setup-env: torch {TORCH} from PyTorch's CPU index ({cpu_url}): "
         "the CPU build, about 190 MB to download"
     )
-    assert installed_torch(repo) == (f"{TORCH}+cpu", "cpu-index")
-    assert not [path for path in asked if path.endswith(".whl")], asked
+    problems = [] if torch_line(result) == said else [f"said {torch_line(result)!r}"]
+    if installed_torch(repo) != (f"{TORCH}+cpu", "cpu-index"):
+        problems.append(f"installed {installed_torch(repo)}")
+    problems += [f"the default index served {path}" for path in asked if path.endswith(".whl")]
+    return problems
+
+
+def test_torch_comes_from_the_cpu_index_when_it_answers(tmp_path, template_venv, indexes):
+    assert cpu_index_problems(tmp_path, template_venv, indexes) == []
+
+
+def test_the_cpu_index_check_fails_when_the_index_is_never_used(tmp_path, template_venv, indexes):
+    problems = cpu_index_problems(tmp_path, template_venv, indexes, broken=1)
+    assert any("the default index served" in problem for problem in problems), problems
+
+
+def hanging_index_problems(tmp_path, template_venv, indexes, broken=None) -> list[str]:
+    """With a CPU index that accepts connections and never answers: what setup-env did
+    wrong ([] when it probed once, gave up after its deadline, said so, and took torch
+    from the default index). pip's own time-out and retries are cut to 1 s and 1 here,
+    so that a break shows in seconds (this machine's default: 180 s, 5 retries)."""
+    repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
+    if broken is not None:
+        break_probe(repo, broken)
+    with silent_index() as (cpu_url, connections), serve(indexes[1]) as (url, _):
+        result = setup_env(
+            repo,
+            TORCH_CPU_INDEX=cpu_url,
+            TORCH_INDEX_WAIT="2",
+            PIP_INDEX_URL=url,
+            PIP_DEFAULT_TIMEOUT="1",
+            PIP_RETRIES="1",
+        )
+        probes = len(connections)
+    assert result.returncode == 0, result.stdout + result.stderr
+    problems = []
+    # One connection: setup-env's own probe, given up after its deadline. pip is never
+    # handed the silent index, so none of its time-outs and retries happen.
+    if probes != 1:
+        problems.append(f"{probes} connections to the silent index")
+    said = (
+        "setup-env: PyTorch's CPU index did not answer within 2 s; "
+        f"torch {TORCH} from the default index: the CUDA build, "
+        "about 0.5 GB plus several GB of NVIDIA libraries to download"
+    )
+    lines = [line for line in result.stdout.splitlines() if "torch" in line]
+    if lines != [said]:
+        problems.append(f"said {lines!r}")
+    if installed_torch(repo) != (TORCH, "default-index"):
+        problems.append(f"installed {installed_torch(repo)}")
+    return problems
 
 
 def test_a_cpu_index_that_hangs_costs_one_probe_then_the_default_index(
     tmp_path, template_venv, indexes
 ):
-    repo = repo_with_pins(tmp_path, template_venv, f"torch=={TORCH}\n")
-    with silent_index() as (cpu_url, connections), serve(indexes[1]) as (url, _):
-        result = setup_env(repo, TORCH_CPU_INDEX=cpu_url, TORCH_INDEX_WAIT="2", PIP_INDEX_URL=url)
-        probes = len(connections)
-    assert result.returncode == 0, result.stdout + result.stderr
-    # One connection: setup-env's own probe, given up after its deadline. pip is
-    # never handed the silent index, so none of its retries and time-outs happen.
-    assert probes == 1
-    assert torch_line(result) == (
-        "setup-env: PyTorch's CPU index did not answer within 2 s; "
-        f"torch {TORCH} from the default index: the CUDA build, "
-        "about 0.5 GB plus several GB of NVIDIA libraries to download"
-    )
-    assert installed_torch(repo) == (TORCH, "default-index")
+    assert hanging_index_problems(tmp_path, template_venv, indexes) == []
+
+
+def test_the_hanging_index_check_fails_when_pip_is_handed_the_index(
+    tmp_path, template_venv, indexes
+):
+    problems = hanging_index_problems(tmp_path, template_venv, indexes, broken=0)
+    assert any("connections to the silent index" in problem for problem in problems), problems
 
 
 def test_macos_and_windows_take_the_default_wheels_without_asking(tmp_path, template_venv, indexes):
