@@ -48,6 +48,17 @@ def toc_notebooks(root: Path = ROOT) -> list[Path]:
     return [root / f"{f}.ipynb" for f in toc_files(root) if (root / f"{f}.ipynb").exists()]
 
 
+def chapter_notebooks(root: Path = ROOT) -> list[Path]:
+    """Every chapter in notebooks/, listed in _toc.yml or not ('_' files are not chapters)."""
+    return sorted(p for p in (root / "notebooks").glob("*.ipynb") if not p.name.startswith("_"))
+
+
+def notebooks_to_run(root: Path = ROOT) -> list[Path]:
+    """The book's notebooks in reading order, then any chapter _toc.yml forgot."""
+    listed = toc_notebooks(root)
+    return listed + [p for p in chapter_notebooks(root) if p not in listed]
+
+
 def html(path: Path) -> BeautifulSoup:
     """A built page, parsed."""
     return BeautifulSoup(Path(path).read_text(encoding="utf-8"), "html.parser")
