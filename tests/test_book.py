@@ -107,7 +107,10 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
             "scripts",
         ],
     )
+    # Everything _config.yml names, so that the chapter's error is the build's only problem.
     shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
+    shutil.copytree(ROOT / "book" / "_static", tmp_path / "book" / "_static")
+    shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
     (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n",
@@ -116,6 +119,7 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     (tmp_path / "notebooks").mkdir()
     nb = nbcheck.nbformat.v4.new_notebook(
         cells=[
+            nbcheck.nbformat.v4.new_markdown_cell("# Broken"),
             nbcheck.nbformat.v4.new_code_cell("x = 1"),
             nbcheck.nbformat.v4.new_code_cell("raise ZeroDivisionError('boom in the second cell')"),
         ],
