@@ -3,8 +3,8 @@
 Every page of _toc.yml is loaded from a local server and watched for a while after
 its load event, so that an error logged late (by a timer, a slow script) counts too.
 Requests to other hosts (the CDN that serves MathJax and Thebe) get an empty answer,
-as there is no network here; they are recorded, never failed. A screenshot of each page goes to
-_build/screenshots/ for review, and the accessibility results to
+as there is no network here; they are recorded, never failed. A screenshot of each
+page goes to _build/screenshots/ for review, and the accessibility results to
 _build/screenshots/axe.json.
 """
 
