@@ -212,7 +212,7 @@ def test_solution_opens_on_click(browser, site):
     visit.page.close()
 
 
-def test_launch_and_download_buttons_point_where_the_config_says(browser, site):
+def test_launch_buttons_point_where_the_config_says(browser, site):
     config = yaml.safe_load((ROOT / "_config.yml").read_text("utf-8"))
     repo = urlparse(config["repository"]["url"]).path.strip("/")
     branch = config["repository"]["branch"]
@@ -223,12 +223,19 @@ def test_launch_and_download_buttons_point_where_the_config_says(browser, site):
     expected_binder = f"{binder}/v2/gh/{repo}/{branch}?urlpath=lab/tree/{chapter}.ipynb"
     binder_links = [link for link in links if link.startswith(binder)]
     assert expected_binder in links, f"Binder links {binder_links}, not {expected_binder}"
-    download = [link for link in links if link.endswith(f"_sources/{chapter}.ipynb")]
-    assert download, "no .ipynb download link"
-    response = visit.page.request.get(download[0])
-    assert response.ok and json.loads(response.body())["cells"]
     assert visit.page.locator("button.btn-launch-thebe, .launch-thebe").count() >= 1
     assert config["repository"]["url"] in links
+    visit.page.close()
+
+
+def test_download_button_serves_the_chapter_notebook(browser, site):
+    visit = PageVisit(browser, site, FIRST_CHAPTER)
+    links = visit.page.eval_on_selector_all("a[href]", "els => els.map(e => e.href)")
+    download = [link for link in links if link.endswith(f"_sources/{FIRST_CHAPTER}.ipynb")]
+    assert download, "no .ipynb download link"
+    response = visit.page.request.get(download[0])
+    assert response.ok, f"the download link answers {response.status}: {download[0]}"
+    assert json.loads(response.body())["cells"]
     visit.page.close()
 
 
