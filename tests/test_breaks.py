@@ -264,6 +264,46 @@ ELSEWHERE = [
         "a PATH without chromium: scripts/setup-env, which make test runs first, stops",
         "test_setup_env.py::test_missing_chromium_for_the_tests_stops_with_one_clear_line",
     ),
+    (
+        "the pins: torch as its CPU build (a CUDA or ROCm build of the same version fails)",
+        "torch's metadata faked as PyPI's CUDA wheel, a +cu126 and a +rocm6.4 build",
+        "test_pins.py::test_a_gpu_build_of_the_pinned_torch_fails_the_pin_checks",
+    ),
+    (
+        "the pins: the whole set resolves on the oldest Python 3.11",
+        "the pins that rejected Python 3.11.2 put back",
+        "test_pins.py::test_the_resolve_check_fails_on_the_pins_that_rejected_3_11_2",
+    ),
+    (
+        "the pins: nothing yanked",
+        "a set with soupsieve 3.0.1, a yanked release",
+        "test_pins.py::test_the_resolve_check_fails_on_a_yanked_pin",
+    ),
+    (
+        "the set-up: one clear line when Graphviz is missing",
+        "a PATH without dot",
+        "test_setup_env.py::test_missing_graphviz_as_user_stops_with_one_clear_line",
+    ),
+    (
+        "the set-up: one clear line when the venv module is missing",
+        "a Python whose ensurepip fails to import",
+        "test_setup_env.py::test_a_python_without_its_venv_module_stops_with_one_clear_line",
+    ),
+    (
+        "the set-up: one clear line when a pin rejects this Python",
+        "soupsieve 4.1.3 (needs 3.11.5) on Debian's 3.11.2",
+        "test_setup_env.py::test_a_pin_that_rejects_this_python_stops_with_one_line",
+    ),
+    (
+        "the set-up: torch from PyTorch's CPU index when it answers",
+        "setup-env's use of the CPU index broken (a stand-in index on 127.0.0.1)",
+        "test_setup_env.py::test_the_cpu_index_check_fails_when_the_index_is_never_used",
+    ),
+    (
+        "the set-up: else the default index after one probe",
+        "pip handed the silent index instead of one probe",
+        "test_setup_env.py::test_the_hanging_index_check_fails_when_pip_is_handed_the_index",
+    ),
 ]
 
 # The tests of round 1 that must pass on the probe book's clean pages (the introduction
@@ -483,7 +523,9 @@ def break_round_3(repo: Path) -> None:
 ROUND_3 = [
     "test_book.py::test_every_toc_file_exists",
     "test_graph_pictures.py::test_two_renders_are_byte_identical",
-    "test_pins.py",
+    "test_pins.py::test_every_dependency_of_the_book_is_pinned",
+    "test_pins.py::test_pins_match_what_is_installed",
+    "test_pins.py::test_binder_installs_the_same_pins_with_a_cpu_torch",
 ]
 
 
