@@ -65,10 +65,17 @@ def ensure_environment() -> Path:
     requirements = WORK / "requirements-matrix.txt"
     requirements.write_text("\n".join([*unpinned, "torch"]) + "\n", "utf-8")
     say("installing the book's pins with the newest torch (the first time: several GB)")
-    subprocess.run(
+    pip = subprocess.run(
         [python, "-m", "pip", "install", "--quiet", "--upgrade", "-r", requirements],
-        check=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
+    # as scripts/setup-env: drop the noise of find-links folders that do not exist
+    noise = "is ignored: it is neither a file nor a directory"
+    print("".join(line for line in pip.stdout.splitlines(True) if noise not in line), end="")
+    if pip.returncode != 0:
+        raise SystemExit("matrix: pip could not install the matrix environment (see above)")
     return python
 
 
