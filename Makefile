@@ -45,7 +45,6 @@ bench:
 # Not part of `make test`: installs the newest torch (a CUDA build of several GB) into
 # .venv-matrix/, runs every chapter there and compares each output with make book's.
 matrix: book
-	@scripts/setup-env dev
 	$(BIN)/python scripts/matrix.py
 
 serve:

@@ -38,9 +38,9 @@ def stamp_values():
     }
 
 
-def verified_with(root: Path) -> str:
+def verified_with(root: Path, result_file: Path | None = None) -> str:
     """The "verified with" sentence: this build's torch, and every matching matrix run."""
-    result_file = Path(root) / MATRIX_RESULT
+    result_file = result_file or Path(root) / MATRIX_RESULT
     ours = f"torch {stamp_values()['torch_version']} (this build)"
     if not result_file.is_file():
         return f"{ours}; no `make matrix` run is recorded."
