@@ -45,6 +45,7 @@ import os
 import sys
 import tempfile
 import time
+import traceback
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -142,7 +143,7 @@ def failure_report(uri: str, nb, cell_index: int | None, err, exc_string: str) -
     name = Path(uri).name
     if hasattr(err, "ename"):
         error = f"{err.ename}: {err.evalue}"
-    else:  # a cell that ran out of time
+    else:  # a cell that ran out of time, or a kernel that died
         error = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
     return f"{name} failed at {where(nb, cell_index)}: {error}\n\n{exc_string}"
 
@@ -166,16 +167,26 @@ class LockedWorker(ExecutionWorkerLocalMProc):
         def on_cell_start(cell, cell_index):
             started["cell"] = cell_index
 
+        # A notebook's own "mystnb" metadata overrides the book's settings in MyST-NB.
+        own = project_nb.nb.metadata.get("mystnb", {})
+        in_temp = own.get("execution_in_temp", self.in_temp)
         _say(f"executing {Path(project_nb.uri).name}")
-        cwd = tempfile.TemporaryDirectory() if self.in_temp else nullcontext(None)
-        with cwd as temp:
-            result = single_nb_execution(
-                project_nb.nb,
-                cwd=os.path.abspath(temp or Path(project_nb.uri).parent),
-                timeout=data.timeout,
-                allow_errors=data.allow_errors,
-                on_cell_start=on_cell_start,
+        try:
+            with tempfile.TemporaryDirectory() if in_temp else nullcontext(None) as temp:
+                result = single_nb_execution(
+                    project_nb.nb,
+                    cwd=os.path.abspath(temp or Path(project_nb.uri).parent),
+                    timeout=own.get("execution_timeout", data.timeout),
+                    allow_errors=own.get("execution_allow_errors", data.allow_errors),
+                    on_cell_start=on_cell_start,
+                )
+        except Exception as exc:  # the kernel died, or could not start
+            report = failure_report(
+                project_nb.uri, project_nb.nb, started["cell"], exc, traceback.format_exc()
             )
+            with cache_write_lock(cache_path):
+                NbProjectRecord.set_traceback(project_nb.uri, report, data.cache.db)
+            return (2, data.uri)
         if result.err is not None:
             report = failure_report(
                 project_nb.uri, project_nb.nb, started["cell"], result.err, result.exc_string
