@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -80,6 +81,26 @@ def repo_copy(dest: Path, names: list[str]) -> Path:
             shutil.copytree(ROOT / name, dest / name, ignore=ignore)
         else:
             shutil.copy(ROOT / name, dest / name)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    return dest
+
+
+def clone_copy(dest: Path) -> Path:
+    """The repository as a fresh clone of this work tree would hold it, sharing .venv.
+
+    Tracked files and new files not ignored by git, as they are now in the work tree.
+    """
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
     (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
 
