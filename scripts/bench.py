@@ -33,9 +33,9 @@ import psutil
 from bs4 import BeautifulSoup
 from jupyter_cache import get_cache
 
+import nbcheck  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import nbcheck  # noqa: E402
 
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))
 EDITED = "notebooks/02-detach.ipynb"
