@@ -34,17 +34,19 @@ CHAPTERS = [p for p in NOTEBOOKS if p.parent.name == "notebooks"]
 # Kept between runs (make clean removes it): made again when the pins change.
 READER_VENV = ROOT / "_build" / "reader-venv"
 
+# Run inside the reader's venv: nbclient there starts that venv's own kernel.
 RUN_NOTEBOOK = textwrap.dedent(
     """
     import sys
+    from pathlib import Path
+
     import nbformat
     from nbclient import NotebookClient
 
-    source, target, timeout = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    source, target, timeout = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
     nb = nbformat.read(source, as_version=4)
-    folder = str(__import__("pathlib").Path(source).parent)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": folder}})
+                            resources={"metadata": {"path": str(source.parent)}})
     client.execute()
     nbformat.write(nb, target)
     """
