@@ -100,6 +100,7 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
         tmp_path,
         [
             "_config.yml",
+            "pyproject.toml",
             "Makefile",
             "requirements.txt",
             "requirements-dev.txt",
