@@ -118,9 +118,7 @@ def link_problems(text: str, book: Book, where: str) -> list[str]:
         if section is None:
             problems.append(f"{where}: link to '{label}', which labels no section")
         elif section.checks == 0:
-            problems.append(
-                f"{where}: '{label}' ({section.title}) holds no check that can fail"
-            )
+            problems.append(f"{where}: '{label}' ({section.title}) holds no check that can fail")
     return problems
 
 
