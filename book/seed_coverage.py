@@ -298,20 +298,17 @@ def _code(text: str | None) -> str:
 
 def markdown_table(rows: list[dict]) -> str:
     """The rows as a MyST table; the book column links each section with {ref}."""
-    out = [
-        "| # | example | the post | today, the post's code run here | the book |",
-        "|---|---|---|---|---|",
-    ]
-    for number, row in enumerate(rows, 1):
+    out = ["| the post | today, the post's code run here | the book |", "|---|---|---|"]
+    for row in rows:
         links = ", ".join(f"{{ref}}`{label}`" for label in row["sections"])
         book = row["book"] if row["book"] != MISSING else "**missing**"
         if row["kind"] == "code":
             lines = row["post"].rstrip("\n").splitlines()
             first = next(line for line in lines if line.strip())
-            post = f"code: {_code(first)}" + (f" … ({len(lines)} lines)" if len(lines) > 1 else "")
-            out.append(f"| {number} | {row['example']} | {post} | | {book}: {links} |")
+            more = f" … ({len(lines)} lines)" if len(lines) > 1 else ""
+            out.append(f"| **{row['example']}**, code: {_code(first)}{more} | | {book}: {links} |")
         else:
-            out.append(f"| {number} | | {_code(row['post'])} | {_code(row['today'])} | {book} |")
+            out.append(f"| {_code(row['post'])} | {_code(row['today'])} | {book} |")
     return "\n".join(out)
 
 
