@@ -31,14 +31,14 @@ book:
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
-# The single-page build shares the HTML build's execution cache; Chromium prints it
-# (scripts/book_pdf.py); then the HTML book is built so that its intro links the PDF.
-pdf:
+# The whole book on one page (singlehtml), printed by Chromium (scripts/book_pdf.py);
+# then the HTML book again, whose intro now links the PDF. `make book` has just read
+# every page, so these two builds only write (no --all).
+pdf: book
 	@scripts/setup-env dev
-	@scripts/invalidate-stale-cache
-	$(BIN)/jupyter-book build . --builder singlehtml $(BOOK_FLAGS)
+	$(BIN)/jupyter-book build . --builder singlehtml $(filter-out --all,$(BOOK_FLAGS))
 	$(BIN)/python scripts/book_pdf.py
-	@$(MAKE) --no-print-directory book
+	$(BIN)/jupyter-book build . $(filter-out --all,$(BOOK_FLAGS))
 
 test: lint
 	$(BIN)/python -m pytest

@@ -320,6 +320,11 @@ ELSEWHERE = [
         "test_pdf.py::test_pdf_check_catches_a_missing_chapter",
     ),
     (
+        "make pdf: each chapter's asserted output in its pages; contents' page numbers right",
+        "chapter 1's output blanked out of the PDF's text; chapter 2 one page off in the contents",
+        "test_pdf.py::test_pdf_check_catches_a_missing_output_and_a_wrong_contents",
+    ),
+    (
         "make pdf: every picture vector",
         "a one-page PDF holding a bitmap",
         "test_pdf.py::test_bitmap_count_sees_a_picture_printed_as_a_bitmap",

@@ -15,6 +15,7 @@ import json
 import pytest
 from axe_playwright_python.sync_playwright import Axe
 from PIL import Image
+
 from test_browser import PAGES, SHOTS, PageVisit, browser, site  # noqa: F401 (fixtures)
 
 PICTURES = "article.bd-article img"
@@ -82,6 +83,8 @@ def serious_contrast_violations(page) -> dict:
 
 
 def full_page(page, doc: str | None = None) -> bytes:
+    # a picture not yet decoded would show the dark page behind it: wait for all of them
+    page.wait_for_function("Array.from(document.images).every(img => img.complete)")
     path = SHOTS / f"dark__{doc.replace('/', '__')}.png" if doc else None
     return page.screenshot(path=path, full_page=True)
 
@@ -89,11 +92,10 @@ def full_page(page, doc: str | None = None) -> bytes:
 @pytest.fixture(scope="module")
 def dark_visits(browser, site):  # noqa: F811
     SHOTS.mkdir(parents=True, exist_ok=True)
-    visits = {}
-    for doc in PAGES:
-        visit = PageVisit(DarkBrowser(browser), site, doc)
+    visits = {doc: PageVisit(DarkBrowser(browser), site, doc) for doc in PAGES}
+    for doc, visit in visits.items():
+        visit.settle()  # console errors are recorded until here: axe's own fetches are not
         visit.screenshot = full_page(visit.page, doc)
-        visits[doc] = visit
     yield visits
     for visit in visits.values():
         visit.page.close()
@@ -120,6 +122,7 @@ def test_the_book_has_pictures_to_check(dark_visits):
 
 def test_dark_mode_checks_catch_dim_pictures_and_faint_text(browser, site):  # noqa: F811
     visit = PageVisit(DarkBrowser(browser), site, "notebooks/01-autograd-graph")
+    visit.settle()
     page = visit.page
     # a theme that inverts and dims pictures in dark mode, and greys out paragraphs
     page.add_style_tag(

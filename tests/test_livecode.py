@@ -35,9 +35,9 @@ from urllib.parse import urlparse
 import pytest
 import torch
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
-from test_browser import PageVisit, browser, site  # noqa: F401 (fixtures)
 
 import nbcheck
+from test_browser import PageVisit, browser, site  # noqa: F401 (fixtures)
 
 ROOT = nbcheck.ROOT
 CHAPTER = "notebooks/01-autograd-graph"

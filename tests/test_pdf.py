@@ -204,6 +204,22 @@ def test_pdf_check_catches_a_missing_chapter(pdf_pages, built_book):
     assert any(p.startswith("pages without their number") for p in problems)
 
 
+def test_pdf_check_catches_a_missing_output_and_a_wrong_contents(pdf_pages, built_book):
+    # Chapter 1's asserted output blanked out of its pages, and the contents page
+    # giving chapter 2 a page number one too high.
+    names, outputs = titles(built_book), asserted_outputs(built_book)
+    chapter1, chapter2 = (next(t for t in names if t.startswith(n)) for n in ("1.", "2."))
+    printed = squeeze(outputs[chapter1])
+    assert pdf_problems(pdf_pages, names, outputs) == []
+    start = next(i for i, text in enumerate(pdf_pages) if opens(text, chapter2))
+    entry = f"{squeeze(chapter2)}{start + 1}"
+    broken = [text.replace(printed, "") for text in pdf_pages]
+    broken[0] = broken[0].replace(entry, f"{squeeze(chapter2)}{start + 2}")
+    problems = pdf_problems(broken, names, outputs)
+    assert f"{chapter1!r}: its output {outputs[chapter1]!r} is not in its pages" in problems
+    assert f"the table of contents does not give {chapter2!r} page {start + 1}" in problems
+
+
 def test_bitmap_count_sees_a_picture_printed_as_a_bitmap():
     # A one-page PDF holding one bitmap, as a rasterised picture would be.
     from PIL import Image
