@@ -67,6 +67,9 @@ section.wgs-doc { break-before: page; }
 pre, div.cell_output pre { white-space: pre-wrap !important; word-break: break-word; }
 div.cell_output .output { overflow: visible !important; max-width: none !important; }
 figure, img, svg, table { break-inside: avoid; }
+/* a cell's input or output box moves whole to the next page rather than leaving an
+   empty top edge at the foot of this one (a box taller than a page still breaks) */
+div.cell_input, div.cell_output, div.highlight { break-inside: avoid; }
 img { max-width: 100% !important; height: auto; }
 nav.wgs-toc .wgs-cover { font-size: 2.4em; font-weight: bold; margin: 2em 0 0.2em 0; }
 nav.wgs-toc .wgs-author { margin-bottom: 3em; }
