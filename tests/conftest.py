@@ -13,6 +13,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 HTML = ROOT / "_build" / "html"
 
+import nbcheck  # noqa: E402
+
 
 @pytest.fixture(scope="session")
 def built_book():
@@ -23,6 +25,24 @@ def built_book():
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"make book failed:\n{log[-8000:]}"
     return HTML
+
+
+@pytest.fixture(scope="session")
+def clone_build(tmp_path_factory):
+    """A second clean build of the same files, in another folder (another clone).
+
+    `make book` there from nothing: every chapter executed afresh, into its own
+    cache. tests/test_reproducible.py compares its pages with the main build's;
+    tests/test_notebooks.py checks its executed chapters.
+    """
+    clone = tmp_path_factory.mktemp("clone")
+    nbcheck.clone_copy(clone)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "book"], cwd=clone, capture_output=True, text=True
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"make book failed in {clone}:\n{log[-6000:]}"
+    return clone
 
 
 def pytest_sessionfinish(session, exitstatus):

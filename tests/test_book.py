@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 import torch
+from alt_text import alt_problem
 
 import nbcheck
 
@@ -17,18 +18,42 @@ def test_every_toc_page_is_built(built_book):
     assert missing == []
 
 
+def test_every_toc_file_exists():
+    # A toc entry without a source file would be a page the reader cannot reach.
+    missing = [
+        doc
+        for doc in nbcheck.toc_files()
+        if not any((ROOT / f"{doc}{suffix}").exists() for suffix in (".md", ".ipynb"))
+    ]
+    assert missing == [], "_toc.yml names files that do not exist"
+
+
+def test_every_chapter_is_in_the_toc():
+    # Only files in _toc.yml are built, so a chapter missing from it would silently
+    # vanish from the book (the notebook tests still run it, see nbcheck.chapters).
+    listed = set(nbcheck.toc_files())
+    left_out = [
+        str(path.relative_to(ROOT))
+        for path in [*nbcheck.chapter_notebooks(), *sorted((ROOT / "book").glob("*.*"))]
+        if path.suffix in (".ipynb", ".md")
+        and str(path.relative_to(ROOT).with_suffix("")) not in listed
+    ]
+    assert left_out == [], "pages of the book that _toc.yml does not list"
+
+
 def test_every_image_exists_and_has_alt_text(built_book):
     problems, seen = [], 0
     for doc in nbcheck.toc_files():
         for img in nbcheck.built_page(built_book, doc).find_all("img"):
             seen += 1
-            src, alt = img.get("src", ""), (img.get("alt") or "").strip()
-            if not alt:
-                problems.append(f"{doc}: image {src[:60]!r} has no alt text")
+            src = img.get("src", "")
+            bad_alt = alt_problem(src, img.get("alt"))
+            if bad_alt:
+                problems.append(f"{doc}: image {src[:60]!r} {bad_alt}")
             if not src.startswith("data:") and not (built_book / doc).parent.joinpath(src).exists():
                 problems.append(f"{doc}: image {src!r} does not exist")
     assert seen > 0, "no images found at all: the graph pictures are missing"
-    assert problems == []
+    assert problems == [], "\n".join(problems)
 
 
 def test_chapter_one_shows_a_torchviz_graph(built_book):
@@ -82,7 +107,10 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
             "scripts",
         ],
     )
+    # Everything _config.yml names, so that the chapter's error is the build's only problem.
     shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
+    shutil.copytree(ROOT / "book" / "_static", tmp_path / "book" / "_static")
+    shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
     (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n",
@@ -91,6 +119,7 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     (tmp_path / "notebooks").mkdir()
     nb = nbcheck.nbformat.v4.new_notebook(
         cells=[
+            nbcheck.nbformat.v4.new_markdown_cell("# Broken"),
             nbcheck.nbformat.v4.new_code_cell("x = 1"),
             nbcheck.nbformat.v4.new_code_cell("raise ZeroDivisionError('boom in the second cell')"),
         ],
