@@ -6,7 +6,9 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 # -W: a warning fails the build; -n: a broken reference is a warning;
 # --keep-going: report every warning of the run, not just the first.
-BOOK_FLAGS := --warningiserror --nitpick --keep-going
+# --all: read every page again (executed chapters still come from the cache), so a
+# link's text follows its target's title even on a page that did not change.
+BOOK_FLAGS := --warningiserror --nitpick --keep-going --all
 
 .PHONY: help book test lint bench matrix serve lab clean distclean
 
@@ -34,7 +36,7 @@ test: lint
 lint:
 	@scripts/setup-env dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check notebooks/*.py tests/*.py book/_ext/*.py scripts/*.py
+	$(BIN)/ruff format --check src/gradstop/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
 	$(BIN)/python scripts/check-notebooks
 
 bench:
@@ -52,9 +54,16 @@ serve:
 	@echo "Serving on http://localhost:$(PORT) (Ctrl-C stops)"
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
+# JupyterLab refuses to start as root without --allow-root; as root (containers, cloud
+# notebooks, CI) it gets that flag, and says so. LAB_ARGS passes more options along.
 lab:
 	@scripts/setup-env lab
-	$(BIN)/jupyter lab notebooks/
+	@if [ "$$(id -u)" = 0 ]; then \
+	  echo "make lab: running as root, so JupyterLab starts with --allow-root"; \
+	  exec $(BIN)/jupyter lab notebooks/ --allow-root $(LAB_ARGS); \
+	else \
+	  exec $(BIN)/jupyter lab notebooks/ $(LAB_ARGS); \
+	fi
 
 clean:
 	rm -rf _build

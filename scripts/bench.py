@@ -40,12 +40,11 @@ import psutil
 from bs4 import BeautifulSoup
 from jupyter_cache import get_cache
 
+import nbcheck  # beside this script
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "book" / "_ext"))
 import compare_builds  # noqa: E402
-import nbcheck  # noqa: E402
 from stable_outputs import use_kernel_startup  # noqa: E402
 
 RUNS = int(os.environ.get("BENCH_RUNS", "3"))

@@ -50,6 +50,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+import nbformat
 from jupyter_cache import get_cache
 from jupyter_cache.cache.db import NbProjectRecord
 from jupyter_cache.executors.base import ExecutorRunResult
@@ -115,6 +116,17 @@ def book_settings(root: Path = ROOT) -> Settings:
 def is_excluded(path: Path, patterns: list[str]) -> bool:
     # as MyST-NB matches nb_execution_excludepatterns
     return any(PurePosixPath(path.as_posix()).match(p) for p in patterns)
+
+
+def own_execution_settings(path: Path) -> list[str]:
+    """The execution settings a notebook overrides in its own metadata ("mystnb").
+
+    MyST-NB applies them to that notebook only (execution_mode "off", another
+    timeout, ...). This executor runs every notebook with the book's settings, so a
+    notebook with settings of its own is left to the build, which honours them.
+    """
+    own = nbformat.read(path, as_version=4).metadata.get("mystnb", {})
+    return sorted(key for key in own if key.startswith("execution_"))
 
 
 @contextmanager
@@ -284,6 +296,9 @@ def run(
     use_kernel_startup()
     cache = get_cache(cache_dir)
     notebooks = [p for p in toc_notebooks(root) if not is_excluded(p, settings.exclude)]
+    for path in [p for p in notebooks if own_execution_settings(p)]:
+        _say(f"{path.name} sets {', '.join(own_execution_settings(path))}: left to the build")
+        notebooks.remove(path)
     with cache_write_lock(cache.path):
         uris = [cache.add_nb_to_project(str(p)).uri for p in notebooks]
     seconds_file = cache_dir.parent / SECONDS_NAME

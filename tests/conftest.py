@@ -7,9 +7,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-# The chapters import their helper module from notebooks/; so do the helper's tests.
-sys.path.insert(0, str(ROOT / "notebooks"))
+# The notebook checks live in scripts/ (make lint and make bench use them too); the
+# chapters' helper package, gradstop, is installed in .venv by scripts/setup-env.
+sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
+# The package from this checkout, even where .venv's editable install points at
+# another one (test_breaks runs the suite on a copy that shares the .venv).
+sys.path.insert(0, str(ROOT / "src"))
 
 HTML = ROOT / "_build" / "html"
 

@@ -86,6 +86,15 @@ def test_declared_failures_show_their_traceback(built_book):
         assert len(shown) == declared, path.name
 
 
+def test_no_page_shows_a_local_path(built_book):
+    # A full traceback names files of the machine that built the book; %xmode Minimal
+    # keeps a declared failure down to its message.
+    for doc in nbcheck.toc_files():
+        text = nbcheck.built_page(built_book, doc).select_one("article").get_text()
+        for path in (str(ROOT), "site-packages"):
+            assert path not in text, f"{doc} shows a path of the build machine: {path}"
+
+
 def test_intro_states_the_torch_it_was_built_with(built_book):
     text = nbcheck.built_page(built_book, "book/intro").get_text(" ")
     version = torch.__version__.split("+")[0]
@@ -100,6 +109,7 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
         tmp_path,
         [
             "_config.yml",
+            "pyproject.toml",
             "Makefile",
             "requirements.txt",
             "requirements-dev.txt",

@@ -201,8 +201,8 @@ BREAKS = [
     ),
     Break(
         "the shared picture helper has its own unit tests",
-        "graph_pictures keeps torchviz's id()-based node names",
-        "test_graph_pictures.py::test_two_renders_are_byte_identical",
+        "gradstop keeps torchviz's id()-based node names",
+        "test_gradstop.py::test_two_renders_are_byte_identical",
         "assert",
         round=3,
     ),
@@ -501,7 +501,7 @@ def break_round_3(repo: Path) -> None:
     toc["chapters"].append({"file": "book/no-such-page"})
     (repo / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), "utf-8")
 
-    helper = repo / "notebooks" / "graph_pictures.py"
+    helper = repo / "src" / "gradstop" / "pictures.py"
     replace(helper, "    stable.body = body\n", "    stable.body = dot.body\n")
 
     requirements = repo / "requirements.txt"
@@ -522,7 +522,7 @@ def break_round_3(repo: Path) -> None:
 
 ROUND_3 = [
     "test_book.py::test_every_toc_file_exists",
-    "test_graph_pictures.py::test_two_renders_are_byte_identical",
+    "test_gradstop.py::test_two_renders_are_byte_identical",
     "test_pins.py::test_every_dependency_of_the_book_is_pinned",
     "test_pins.py::test_pins_match_what_is_installed",
     "test_pins.py::test_binder_installs_the_same_pins_with_a_cpu_torch",

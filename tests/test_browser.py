@@ -178,6 +178,33 @@ def test_images_loaded_with_alt_text(visits, doc):
     assert problems == [], "\n".join(problems)
 
 
+# A figure taller than this cannot be seen whole on a laptop screen, even scrolled to.
+TALLEST_FIGURE = 1200  # CSS pixels, at the 1300-pixel-wide window of the visits
+
+
+def too_tall(page) -> list[str]:
+    """Every image in the page's article taller than TALLEST_FIGURE, with its height."""
+    return page.eval_on_selector_all(
+        "article img",
+        f"els => els.filter(e => e.getBoundingClientRect().height > {TALLEST_FIGURE})"
+        ".map(e => Math.round(e.getBoundingClientRect().height) + ' px: ' + e.alt.slice(0, 60))",
+    )
+
+
+@pytest.mark.parametrize("doc", PAGES)
+def test_no_figure_is_taller_than_a_screen(visits, doc):
+    assert too_tall(visits[doc].page) == []
+
+
+def test_figure_height_check_catches_a_tall_figure(browser):
+    page = browser.new_page(viewport={"width": 1300, "height": 1000})
+    tall = "data:image/svg+xml,<svg xmlns='http://www.w3.org/2000/svg' width='200' height='1500'/>"
+    page.set_content(f'<article><img alt="a tall graph" src="{tall}"></article>')
+    page.wait_for_function("document.images[0].complete")
+    assert too_tall(page) == ["1500 px: a tall graph"]
+    page.close()
+
+
 @pytest.mark.parametrize("doc", PAGES)
 def test_errors_shown_only_in_cells_declared_to_fail(visits, doc):
     stray = visits[doc].page.eval_on_selector_all(

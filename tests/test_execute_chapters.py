@@ -140,3 +140,19 @@ def test_cache_is_dropped_when_the_helper_package_changes(tmp_path):
         out = subprocess.run(script, check=True, capture_output=True, text=True).stdout
         assert "every chapter will re-run" in out
         assert not (repo / "_build" / ".jupyter_cache").exists()
+
+
+def test_a_notebook_with_its_own_execution_settings_is_left_to_the_build(tmp_path):
+    # MyST-NB honours a notebook's own "mystnb" execution settings; running it here
+    # with the book's settings would not. The build runs it (here: never, "off").
+    book = minibook.make(tmp_path, {"kept": [minibook.cell("1 / 0")], "fine": []})
+    kept = book / "notebooks" / "kept.ipynb"
+    nb = nbformat.read(kept, as_version=4)
+    nb.metadata["mystnb"] = {"execution_mode": "off"}
+    nbformat.write(nb, kept)
+    assert execute_chapters.own_execution_settings(kept) == ["execution_mode"]
+    result = execute(book)
+    assert result.returncode == 0, result.stdout
+    assert "kept.ipynb sets execution_mode: left to the build" in result.stdout
+    cache = get_cache(book / "_build" / ".jupyter_cache")
+    assert {r.uri.rsplit("/", 1)[-1] for r in cache.list_cache_records()} == {"fine.ipynb"}

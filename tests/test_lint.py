@@ -13,6 +13,9 @@ def lint_copy(tmp_path):
     names = [
         "Makefile",
         "ruff.toml",
+        "pyproject.toml",
+        "_config.yml",
+        "src",
         "requirements.txt",
         "requirements-dev.txt",
         "requirements-lab.txt",

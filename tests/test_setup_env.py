@@ -70,9 +70,10 @@ def test_cache_is_dropped_when_the_helper_changes(tmp_path):
     # Jupyter Book's cache keys on a chapter's code only; the script covers the rest.
     repo = tmp_path / "repo"
     shutil.copytree(nbcheck.ROOT / "scripts", repo / "scripts")
-    (repo / "notebooks").mkdir()
-    (repo / "notebooks" / "helper.py").write_text("A = 1\n")
+    (repo / "src" / "gradstop").mkdir(parents=True)
+    (repo / "src" / "gradstop" / "helper.py").write_text("A = 1\n")
     (repo / "requirements.txt").write_text("torch==2.13.0\n")
+    (repo / "pyproject.toml").write_text("[project]\n")
     script = [str(repo / "scripts" / "invalidate-stale-cache")]
 
     def build_leftovers():
@@ -83,7 +84,7 @@ def test_cache_is_dropped_when_the_helper_changes(tmp_path):
     build_leftovers()
     subprocess.run(script, check=True)  # nothing changed
     assert (repo / "_build" / ".jupyter_cache").exists()
-    (repo / "notebooks" / "helper.py").write_text("A = 2\n")
+    (repo / "src" / "gradstop" / "helper.py").write_text("A = 2\n")
     out = subprocess.run(script, check=True, capture_output=True, text=True).stdout
     assert "every chapter will re-run" in out
     assert not (repo / "_build" / ".jupyter_cache").exists()

@@ -6,6 +6,7 @@ import nbformat
 import pytest
 
 import nbcheck
+import setup_cell
 
 TEMPLATE = nbcheck.ROOT / "notebooks" / "_chapter-template.ipynb"
 CHAPTERS = [p for p in nbcheck.notebooks_to_run() if p.parent.name == "notebooks"]
@@ -30,7 +31,9 @@ def skeleton_problems(path) -> list[str]:
     for part in ("What you will learn", "Prerequisites"):
         if part not in overview:
             problems.append(f"the overview lacks '{part}'")
-    first_code = next((c.source for c in nb.cells if c.cell_type == "code"), "")
+    # The setup cell comes first (scripts/setup_cell.py); then the imports and the seed.
+    code = [c.source for c in nb.cells if c.cell_type == "code"]
+    first_code = next((source for source in code if source != setup_cell.source()), "")
     if "import torch" not in first_code or "manual_seed" not in first_code:
         problems.append("the first code cell must import and seed (torch.manual_seed)")
     if markdown.count("{exercise}") < 3 or markdown.count("{solution-start}") < 3:

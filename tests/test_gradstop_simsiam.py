@@ -1,9 +1,9 @@
-"""Unit tests of notebooks/simsiam_toy.py, chapter 6's SimSiam experiment."""
+"""Unit tests of gradstop.simsiam_toy, chapter 6's SimSiam experiment."""
 
 import pytest
 import torch
 
-import simsiam_toy as toy
+from gradstop import simsiam_toy as toy
 
 SHORT = dict(epochs=2, eval_every=1)
 

@@ -1,4 +1,6 @@
-"""Checks on the book's notebooks, shared by the tests.
+"""Checks on the book's notebooks, shared by the tests, `make lint` and `make bench`.
+
+It lives in scripts/ because scripts run it; the tests import it from here.
 
 A cell that is meant to fail carries the ``raises-exception`` tag *and* declares
 what it must raise, in its metadata::

@@ -250,6 +250,24 @@ class _Threads:
         torch.set_num_threads(self.before)
 
 
+def train_epoch(model, params, velocity, images, view_gen, config: Config) -> float:
+    """One pass over ``images`` in a random order, two fresh views of each batch;
+    returns the mean loss of the epoch's steps."""
+    order = torch.randperm(len(images), generator=view_gen)
+    batch = images[order]
+    v1, v2 = augment(batch, view_gen), augment(batch, view_gen)
+    losses = []
+    for i in range(0, len(v1) - config.batch + 1, config.batch):
+        step = slice(i, i + config.batch)
+        loss = simsiam_loss(model, v1[step], v2[step], config.stop_gradient)
+        for p in params:
+            p.grad = None
+        loss.backward()
+        sgd_step(params, velocity, config.lr)
+        losses.append(loss.item())
+    return sum(losses) / len(losses)
+
+
 def run(config: Config) -> dict:
     """Train one SimSiam on the digits and measure it; deterministic in ``config``.
 
@@ -258,7 +276,7 @@ def run(config: Config) -> dict:
     (mean loss per epoch; spread and kNN every ``eval_every`` epochs and at the
     end) and the final ``state`` (the trained weights).
     """
-    d = data()
+    train_images = data().images[data().train_idx]
     with _Threads(), torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.init_seed)
         model = SimSiam(predictor=config.predictor)
@@ -266,38 +284,20 @@ def run(config: Config) -> dict:
         params = list(model.parameters())
         velocity = [torch.zeros_like(p) for p in params]
         view_gen = torch.Generator().manual_seed(config.view_seed)
-        train_images = d.images[d.train_idx]
         history = {"epoch_loss": [], "eval_epoch": [0], "spread": [initial["spread"]]}
         history["knn_augmented"] = [initial["knn_augmented"]]
         for epoch in range(1, config.epochs + 1):
-            order = torch.randperm(len(train_images), generator=view_gen)
-            batch = train_images[order]
-            v1, v2 = augment(batch, view_gen), augment(batch, view_gen)
-            losses = []
-            for i in range(0, len(v1) - config.batch + 1, config.batch):
-                loss = simsiam_loss(
-                    model, v1[i : i + config.batch], v2[i : i + config.batch], config.stop_gradient
-                )
-                for p in params:
-                    p.grad = None
-                loss.backward()
-                sgd_step(params, velocity, config.lr)
-                losses.append(loss.item())
-            history["epoch_loss"].append(sum(losses) / len(losses))
+            loss = train_epoch(model, params, velocity, train_images, view_gen, config)
+            history["epoch_loss"].append(loss)
             if epoch % config.eval_every == 0 or epoch == config.epochs:
                 figures = evaluate(model)
                 history["eval_epoch"].append(epoch)
-                history["spread"].append(figures["spread"])
-                history["knn_augmented"].append(figures["knn_augmented"])
+                for key in ("spread", "knn_augmented"):
+                    history[key].append(figures[key])
         final = {**figures, "loss": history["epoch_loss"][-1]}
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    return {
-        "config": config,
-        "initial": initial,
-        "final": final,
-        "history": history,
-        "state": state,
-    }
+    return {"config": config, "initial": initial, "final": final,
+            "history": history, "state": state}
 
 
 def _start_worker(shared: Data) -> None:

@@ -1,0 +1,39 @@
+"""gradstop: the helper package of the book *Where Gradients Stop*.
+
+The chapters import it as ``import gradstop as gp``. Read the modules in this
+order; each is short:
+
+``graph``
+    one walk over autograd's backward graph (``backward_edges``) and what is
+    read from it: ``grad_fn_names``, which tensors get a gradient, ``hooks_on``.
+``pictures``
+    ``backward_graph`` (torchviz, made byte-stable, with names), ``side_by_side``,
+    ``plot_picture``; every picture has alt text and a caption.
+``forward``
+    the forward view: ``record()`` what ran, ``walk`` it into plain records,
+    ``forward_view`` draws them with the cuts visible.
+``palette``
+    the colours every picture and plot uses.
+``simsiam_toy``
+    chapter 6's SimSiam experiment on scikit-learn's digits (imported on its
+    own: ``from gradstop import simsiam_toy``; it needs scikit-learn).
+"""
+
+from . import palette
+from .forward import forward_view, record
+from .graph import backward_edges, grad_fn_names, hooks_on
+from .pictures import backward_graph, plot_picture, side_by_side
+
+# What the chapters use; the records and classes live in their modules
+# (gradstop.forward.Value, gradstop.pictures.Picture, ...).
+__all__ = [
+    "backward_edges",
+    "backward_graph",
+    "forward_view",
+    "grad_fn_names",
+    "hooks_on",
+    "palette",
+    "plot_picture",
+    "record",
+    "side_by_side",
+]

@@ -1,0 +1,304 @@
+"""Pictures for the chapters: backward graphs, pairs of pictures, plots.
+
+``backward_graph(out, alt=...)``
+    torchviz's picture of the backward graph behind ``out``, made byte-stable:
+    torchviz names each node by the Python ``id()`` of its object, so the same
+    computation gives a different DOT file on every run; here nodes are renamed
+    ``n0, n1, ...`` in the order torchviz first visits them. The output's box
+    carries its name, a named computed tensor names the node that made it, and
+    shapes read ``(3,)`` as in the forward view.
+``side_by_side(before, after, caption=...)``
+    two pictures as one figure, each with its own caption.
+``plot_picture(fig, alt=...)``
+    a matplotlib figure as the same kind of picture: SVG, alt text, caption,
+    byte-stable from run to run.
+
+Every picture carries alt text and renders as an HTML ``<figure>`` with the SVG
+inlined, so the alt text and caption reach the built book unchanged. Hooks are
+invisible to torchviz; a purple note marks each named tensor that has some.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import html
+import io
+import re
+import sys
+from dataclasses import dataclass, field
+
+import graphviz
+import torch
+import torchviz
+
+from . import palette
+from .graph import backward_nodes, hooks_on
+
+# A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
+# torchviz's names are id()s, all digits; the names this module adds are not.
+_NODE_LINE = re.compile(r"^\t(\w+)( \[)")
+_EDGE_LINE = re.compile(r"^\t(\w+) -> (\w+)\b")
+# torchviz writes a tensor's shape on a line of its own as " (3)"; the book
+# writes Python's "(3,)".
+_TORCHVIZ_SHAPE = re.compile(r"\n \(([\d, ]*)\)")
+_FREED = "after they have already been freed"
+
+
+def inline_code(text: str) -> str:
+    """Escape ``text`` for HTML, turning `backticked` spans into <code>."""
+    return re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(text))
+
+
+def check_alt(alt: object) -> str:
+    """The alt text, stripped; a clear error when there is none."""
+    if not isinstance(alt, str) or not alt.strip():
+        raise ValueError(
+            "alt text is required: describe in words what the picture shows, "
+            "e.g. alt='x feeds AddBackward0, then MulBackward0, then MeanBackward0'"
+        )
+    return alt.strip()
+
+
+def check_output(output: object) -> torch.Tensor:
+    """``output``, if it is a tensor with an autograd graph to draw."""
+    if not isinstance(output, torch.Tensor):
+        raise TypeError(
+            f"expected the tensor whose graph to draw, got {type(output).__name__}; "
+            "pass the result of a computation, e.g. backward_graph(loss, alt=...)"
+        )
+    if output.grad_fn is None and not output.requires_grad:
+        raise ValueError(
+            "this tensor has no autograd graph (requires_grad is False and grad_fn is None): "
+            "it was made without requires_grad=True on its inputs, under torch.no_grad(), "
+            "or by detach(). Draw a tensor computed from inputs that require grad."
+        )
+    return output
+
+
+def shape_text(shape) -> str:
+    """A shape as every picture writes it: ``(2, 3)``, ``(3,)``, ``()``."""
+    return str(tuple(shape))
+
+
+def svg(dot_source: str) -> str:
+    """Render DOT source to SVG text with Graphviz's ``dot``."""
+    return graphviz.Source(dot_source).pipe(format="svg", encoding="utf-8")
+
+
+def hook_note(dot: graphviz.Digraph, key: str, target: str, label: str) -> None:
+    """A purple note ``label`` attached to node ``target``."""
+    dot.node(
+        key,
+        label,
+        shape="note",
+        style="filled",
+        fillcolor=palette.PURPLE_FILL,
+        color=palette.PURPLE,
+        fontcolor=palette.PURPLE,
+    )
+    dot.edge(key, target, style="dashed", color=palette.PURPLE, arrowhead="none")
+
+
+@dataclass(frozen=True)
+class Picture:
+    """An SVG with its alt text and an optional caption; shows itself as HTML."""
+
+    svg: str = field(repr=False)  # long; the HTML view shows it
+    alt: str = ""
+    caption: str | None = None
+
+    def img_html(self) -> str:
+        data = base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+        # The white background keeps black graph lines readable in dark mode.
+        return (
+            f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(self.alt)}" '
+            'style="background:#fff;max-width:100%;height:auto;padding:4px">'
+        )
+
+    def _repr_html_(self) -> str:
+        caption = f"<figcaption>{inline_code(self.caption)}</figcaption>" if self.caption else ""
+        return f'<figure class="gradient-graph">{self.img_html()}{caption}</figure>'
+
+
+@dataclass(frozen=True)
+class SideBySide:
+    """Two pictures side by side, each with its caption, plus one overall caption."""
+
+    left: Picture
+    right: Picture
+    caption: str
+
+    def _repr_html_(self) -> str:
+        cells = "".join(
+            '<figure style="margin:0;flex:1 1 0;min-width:14em">'
+            f"{p.img_html()}<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
+            for p in (self.left, self.right)
+        )
+        return (
+            '<figure class="gradient-graph-pair">'
+            '<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start">'
+            f"{cells}</div>"
+            f"<figcaption>{inline_code(self.caption)}</figcaption></figure>"
+        )
+
+
+def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide:
+    """Show two pictures as one figure: ``before`` on the left, ``after`` on the right."""
+    for side, pic in (("before", before), ("after", after)):
+        if not isinstance(pic, Picture):
+            raise TypeError(
+                f"{side} must be a Picture (from backward_graph), got {type(pic).__name__}"
+            )
+        if not pic.caption:
+            raise ValueError(f"{side} needs its own caption, e.g. 'without detach'")
+    if not isinstance(caption, str) or not caption.strip():
+        raise ValueError("the pair needs a caption saying what changed between the two graphs")
+    return SideBySide(before, after, caption)
+
+
+def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
+    """A matplotlib figure as a Picture (the figure is closed, so it shows only once)."""
+    import matplotlib.pyplot as plt
+
+    if not hasattr(fig, "savefig"):
+        raise TypeError(f"expected a matplotlib Figure, got {type(fig).__name__}")
+    alt = check_alt(alt)
+    buffer = io.StringIO()
+    # A fixed salt and no date: the same figure gives the same bytes on every run.
+    with plt.rc_context({"svg.hashsalt": "where-gradients-stop", "svg.fonttype": "path"}):
+        fig.savefig(
+            buffer, format="svg", metadata={"Date": None}, bbox_inches="tight", facecolor="white"
+        )
+    plt.close(fig)
+    return Picture(svg=buffer.getvalue(), alt=alt, caption=caption)
+
+
+# ---------------------------------------------------------------------------
+# The backward graph: torchviz draws it; we name what it leaves unnamed.
+
+
+def backward_graph(
+    output: torch.Tensor,
+    *,
+    alt: str,
+    caption: str | None = None,
+    names: dict[str, torch.Tensor] | None = None,
+    show_saved: bool = False,
+) -> Picture:
+    """torchviz's backward graph of ``output`` as a byte-stable SVG picture.
+
+    ``names`` maps labels to tensors: a leaf's box shows its label, and a
+    computed tensor's label goes on the backward node that made it
+    (``{"z1 = f(x1)": z1}``). The output's box shows its name from ``names``,
+    else the caller's variable name for it, else "output". ``show_saved=True``
+    also draws the tensors each node saved for backward; after ``backward()``
+    has freed them this raises ``ValueError`` saying so.
+    """
+    output = check_output(output)
+    alt = check_alt(alt)
+    names = _checked_names(names)
+    output_name = _output_name(output, names, sys._getframe(1))
+    labels = {output_name: output, **{k: v for k, v in names.items() if v is not output}}
+    drawn = backward_nodes(output)
+    with _recursion_room(len(drawn)):
+        dot = _make_dot(output, labels, show_saved)
+    for label, tensor in names.items():
+        _name_node(dot, drawn, label, tensor, is_output=tensor is output)
+    dot.graph_attr.update(bgcolor="white")
+    return Picture(svg=svg(_stable_source(dot)), alt=alt, caption=caption)
+
+
+def _checked_names(names) -> dict[str, torch.Tensor]:
+    names = dict(names or {})
+    bad = [k for k, v in names.items() if not isinstance(v, torch.Tensor)]
+    if bad:
+        raise TypeError(f"names must map labels to tensors; not tensors: {bad}")
+    return names
+
+
+def _output_name(output: torch.Tensor, names: dict, caller) -> str:
+    """The output's label: from ``names``, else the caller's one variable holding it."""
+    given = [k for k, v in names.items() if v is output]
+    if given:
+        return given[0]
+    bound = [k for k, v in caller.f_locals.items() if v is output and _is_variable(k)]
+    return bound[0] if len(bound) == 1 else "output"
+
+
+def _is_variable(name: str) -> bool:
+    # Not IPython's _, _5 (output history), nor names tools make up (pytest's @py_...).
+    return name.isidentifier() and not name.startswith("_")
+
+
+def _make_dot(output, labels, show_saved) -> graphviz.Digraph:
+    try:
+        return torchviz.make_dot(output, params=labels, show_saved=show_saved)
+    except RuntimeError as err:
+        if _FREED not in str(err):
+            raise
+        raise ValueError(
+            "backward() has already freed the tensors this graph saved, so they cannot be "
+            "drawn: draw before backward(), call backward(retain_graph=True), "
+            "or draw with show_saved=False"
+        ) from None
+
+
+def _name_node(dot, drawn: set, label: str, tensor: torch.Tensor, *, is_output: bool) -> None:
+    """Put ``label`` on the node that made a computed tensor; mark the tensor's hooks.
+
+    A leaf's box and the output's box already carry their labels (torchviz).
+    A DOT node statement repeated later updates the node, so the label is added
+    by declaring the node again.
+    """
+    node = tensor.grad_fn
+    if node is not None and node not in drawn:
+        return  # not part of this graph
+    if node is not None and not is_output:
+        dot.node(str(id(node)), f"{type(node).__name__}\n{label}")
+    hooks = hooks_on(tensor)
+    if hooks:
+        # A hook on a leaf sits on the leaf's box; on a computed tensor, beside its node.
+        target = id(tensor) if node is None else id(node)
+        note = f"on {label}:\n" + "\n".join(hooks)
+        hook_note(dot, f"hook_{len(dot.body)}", str(target), note)
+
+
+@contextlib.contextmanager
+def _recursion_room(frames: int):
+    # torchviz walks the graph recursively, one Python frame per node.
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(old, old + 2 * frames))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _stable_source(dot: graphviz.Digraph) -> str:
+    """DOT source with torchviz's id()-based node names replaced by n0, n1, ...
+
+    and torchviz's shapes, ``(3)``, written as the book writes them, ``(3,)``.
+    """
+    names: dict[str, str] = {}
+
+    def rename(raw: str) -> str:
+        return names.setdefault(raw, f"n{len(names)}") if raw.isdigit() else raw
+
+    body = []
+    for line in dot.body:
+        edge = _EDGE_LINE.match(line)
+        node = _NODE_LINE.match(line)
+        if edge:
+            line = f"\t{rename(edge.group(1))} -> {rename(edge.group(2))}{line[edge.end() :]}"
+        elif node:
+            line = f"\t{rename(node.group(1))}{line[node.start(2) :]}"
+        body.append(_TORCHVIZ_SHAPE.sub(_book_shape, line))
+    stable = dot.copy()
+    stable.body = body
+    return stable.source
+
+
+def _book_shape(match: re.Match) -> str:
+    sizes = [int(s) for s in match.group(1).split(",") if s.strip()]
+    return "\n" + shape_text(sizes)

@@ -1,0 +1,608 @@
+"""Unit tests of gradstop, the book's helper package (src/gradstop/)."""
+
+import ast
+import base64
+import html
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+import gradstop as gp
+from gradstop import forward, graph
+
+# --- backward graphs -----------------------------------------------------------
+
+
+def small_graph():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    y = x * x.sigmoid()
+    return x, y.sum()
+
+
+def svg_texts(svg: str) -> list[str]:
+    """The text lines of an SVG picture, as a reader sees them."""
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+
+
+def test_two_renders_are_byte_identical():
+    # Separate computations: every tensor and grad_fn has a new id() the second time.
+    first = gp.backward_graph(small_graph()[1], alt="graph").svg
+    second = gp.backward_graph(small_graph()[1], alt="graph").svg
+    assert first == second
+
+
+def test_no_object_ids_leak_into_the_svg():
+    svg = gp.backward_graph(small_graph()[1], alt="graph").svg
+    assert not re.search(r"\d{9,}", svg), "a Python id() survived the renaming"
+    assert "SigmoidBackward0" in svg and "MulBackward0" in svg and "SumBackward0" in svg
+
+
+def test_names_label_the_leaves():
+    x, out = small_graph()
+    assert "x" in svg_texts(gp.backward_graph(out, alt="graph", names={"x": x}).svg)
+
+
+def test_output_is_named_by_names_by_the_callers_variable_or_as_output():
+    x, loss = small_graph()
+    assert "loss" in svg_texts(gp.backward_graph(loss, alt="graph").svg)
+    assert "total" in svg_texts(gp.backward_graph(loss, alt="graph", names={"total": loss}).svg)
+    assert "output" in svg_texts(gp.backward_graph(x.exp().sum(), alt="graph").svg)
+
+
+def test_a_named_computed_tensor_names_the_node_that_made_it():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    z1 = x + 1.0
+    loss = (z1 * 2).sum()
+    texts = svg_texts(gp.backward_graph(loss, alt="graph", names={"z1 = f(x)": z1}).svg)
+    at = texts.index("z1 = f(x)")
+    assert texts[at - 1] == "AddBackward0"
+    unrelated = x.exp()  # not in loss's graph: named, but not drawn
+    with_unrelated = gp.backward_graph(loss, alt="graph", names={"other": unrelated}).svg
+    assert "other" not in svg_texts(with_unrelated)
+
+
+def test_both_kinds_of_picture_write_shapes_the_same_way():
+    x = torch.tensor([1.0, 2.0, 3.0], requires_grad=True)
+    w = torch.ones(2, 3, requires_grad=True)
+    with gp.record() as rec:
+        y = (w * x).sum()
+    backward = svg_texts(gp.backward_graph(y, alt="graph", names={"x": x, "w": w}).svg)
+    forward_texts = svg_texts(gp.forward_view(rec, y, alt="view").svg)
+    for shape in ("(3,)", "(2, 3)", "()"):
+        assert shape in backward and shape in forward_texts
+    assert not any(re.fullmatch(r" ?\(\d+\)", t) for t in backward + forward_texts)
+
+
+def test_renders_as_figure_with_alt_and_caption():
+    pic = gp.backward_graph(small_graph()[1], alt='x "squashed" & summed', caption="The `y` graph")
+    shown = pic._repr_html_()
+    assert 'alt="x &quot;squashed&quot; &amp; summed"' in shown
+    assert "<figcaption>The <code>y</code> graph</figcaption>" in shown
+    encoded = re.search(r'base64,([^"]+)"', shown).group(1)
+    assert base64.b64decode(encoded).decode() == pic.svg
+
+
+def test_draws_after_backward():
+    x, out = small_graph()
+    before = gp.backward_graph(out, alt="graph").svg
+    out.backward()
+    assert gp.backward_graph(out, alt="graph").svg == before
+
+
+def test_freed_graph_with_saved_tensors_is_a_clear_error():
+    _, out = small_graph()
+    gp.backward_graph(out, alt="graph", show_saved=True)  # fine before backward
+    out.backward()
+    with pytest.raises(ValueError, match="already freed.*retain_graph=True"):
+        gp.backward_graph(out, alt="graph", show_saved=True)
+
+
+def test_not_a_tensor_is_a_type_error():
+    with pytest.raises(TypeError, match="expected the tensor whose graph to draw, got list"):
+        gp.backward_graph([1, 2], alt="graph")
+
+
+def test_tensor_without_graph_is_a_value_error():
+    with pytest.raises(ValueError, match="no autograd graph.*detach"):
+        gp.backward_graph(torch.ones(3).detach(), alt="graph")
+
+
+def test_alt_text_is_required():
+    with pytest.raises(ValueError, match="alt text is required"):
+        gp.backward_graph(small_graph()[1], alt="  ")
+
+
+def test_names_must_be_tensors():
+    with pytest.raises(TypeError, match="not tensors: \\['x'\\]"):
+        gp.backward_graph(small_graph()[1], alt="graph", names={"x": 3})
+
+
+def test_side_by_side_shows_both_with_captions():
+    left = gp.backward_graph(small_graph()[1], alt="left graph", caption="without detach")
+    right = gp.backward_graph(small_graph()[1], alt="right graph", caption="with `z.detach()`")
+    shown = gp.side_by_side(left, right, caption="SigmoidBackward0 vanished")._repr_html_()
+    assert shown.count("<img") == 2
+    assert "without detach" in shown and "<code>z.detach()</code>" in shown
+    assert "SigmoidBackward0 vanished" in shown
+
+
+def test_side_by_side_rejects_bad_input():
+    pic = gp.backward_graph(small_graph()[1], alt="graph", caption="a")
+    with pytest.raises(TypeError, match="must be a Picture"):
+        gp.side_by_side(pic, "not a picture", caption="c")
+    with pytest.raises(ValueError, match="needs its own caption"):
+        gp.side_by_side(pic, gp.backward_graph(small_graph()[1], alt="graph"), caption="c")
+    with pytest.raises(ValueError, match="pair needs a caption"):
+        gp.side_by_side(pic, pic, caption="")
+
+
+def test_long_chain_draws_without_recursion_error():
+    x = torch.ones(1, requires_grad=True)
+    y = x
+    for _ in range(2000):
+        y = y * 1.0001
+    pic = gp.backward_graph(y, alt="a 2,000-step chain")
+    assert pic.svg.count("MulBackward0") == 2000
+
+
+# --- the graph walk ------------------------------------------------------------
+
+
+def test_backward_edges_count_each_use_and_follow_the_graph():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x.sigmoid()
+    out = (y * y).sum()
+    pairs = [(type(e.source).__name__, type(e.target).__name__) for e in gp.backward_edges(out)]
+    assert sorted(pairs) == [
+        ("AccumulateGrad", "SigmoidBackward0"),
+        ("MulBackward0", "SumBackward0"),
+        ("SigmoidBackward0", "MulBackward0"),
+        ("SigmoidBackward0", "MulBackward0"),  # y * y: one edge per use
+    ]
+    assert all(e.source.next_functions is not None for e in gp.backward_edges(out))
+    assert gp.backward_edges(x) == []
+
+
+def test_backward_edges_walk_a_deep_graph_without_recursion():
+    x = torch.ones(1, requires_grad=True)
+    y = x
+    for _ in range(5000):
+        y = y * 1.0001
+    assert len(gp.backward_edges(y)) == 5000
+
+
+def test_grad_fn_names_lists_what_a_detach_removes():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    assert gp.grad_fn_names(x * x.sigmoid()) == [
+        "AccumulateGrad",
+        "MulBackward0",
+        "SigmoidBackward0",
+    ]
+    assert gp.grad_fn_names(x * x.sigmoid().detach()) == ["AccumulateGrad", "MulBackward0"]
+    assert gp.grad_fn_names(x.detach()) == []
+
+
+# --- hooks -----------------------------------------------------------------
+
+
+def save_grad(name, store):
+    def hook(grad):
+        store[name] = grad
+
+    return hook
+
+
+def test_backward_graph_marks_hooks_on_computed_and_leaf_tensors():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x.pow(2)
+
+    def keep(grad):
+        return None
+
+    y.register_hook(keep)
+    x.register_post_accumulate_grad_hook(lambda t: None)
+    texts = svg_texts(gp.backward_graph((x + y).sum(), alt="graph", names={"x": x, "y": y}).svg)
+    assert "hook keep" in texts and "on y:" in texts
+    assert "post-accumulate hook <lambda>" in texts and "on x:" in texts
+
+
+def test_removed_hook_is_not_drawn():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x.pow(2)
+    handle = y.register_hook(lambda g: g)
+    handle.remove()
+    svg = gp.backward_graph(y.sum(), alt="graph", names={"y": y}).svg
+    assert "hook" not in svg
+
+
+def test_a_hook_made_by_a_factory_is_named_by_the_call_that_made_it():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    grads = {}
+    x.register_hook(save_grad("x", grads))
+    assert gp.hooks_on(x) == ["hook save_grad('x')"]
+    assert graph.hook_name(print) == "print"
+
+
+# --- forward view ------------------------------------------------------------
+
+
+def detach_example(cut: bool):
+    x = torch.tensor([0.5, -1.0, 2.0], requires_grad=True)
+    with gp.record() as rec:
+        s = x.sigmoid()
+        u = s.detach() if cut else s
+        y = x * u
+    return rec, x, s, u, y
+
+
+def test_forward_view_draws_the_cut():
+    rec, x, s, u, y = detach_example(cut=True)
+    view = gp.forward_view(rec, y, alt="view")
+    assert view.cut_names == {("s", "u")}
+    assert "✂ detach" in view.svg
+    red_dashed = re.findall(rf'stroke="{gp.palette.RED}"[^>]*stroke-dasharray', view.svg)
+    assert len(red_dashed) >= 2  # into and out of the detach
+
+
+def test_forward_view_without_detach_has_no_cut():
+    rec, x, s, u, y = detach_example(cut=False)
+    view = gp.forward_view(rec, y, alt="view")
+    assert view.cut_names == set()
+    assert "✂" not in view.svg
+    assert view.greyed_names == set()
+
+
+def _grad_is_none_after_backward(named: dict, output):
+    for t in named.values():
+        if t.requires_grad and not t.is_leaf:
+            t.retain_grad()
+    output.sum().backward()
+    return {name for name, t in named.items() if t.grad is None}
+
+
+@pytest.mark.parametrize("cut", [True, False])
+def test_greyed_nodes_are_exactly_those_backward_leaves_without_gradient(cut):
+    rec, x, s, u, y = detach_example(cut)
+    view = gp.forward_view(rec, y, alt="view")
+    assert view.greyed_names == _grad_is_none_after_backward({"x": x, "s": s, "u": u, "y": y}, y)
+
+
+def test_greyed_follow_autograd_in_a_branching_graph():
+    a = torch.tensor([1.0, 2.0], requires_grad=True)
+    b = torch.tensor([3.0, 4.0], requires_grad=True)
+    const = torch.tensor([1.0, 1.0])
+    with gp.record() as rec:
+        left = a * 2
+        unused = b.exp()  # computed, but not part of `out`
+        cut = (b + 1).detach()
+        out = left + cut + const
+    view = gp.forward_view(rec, out, alt="view")
+    named = {"a": a, "b": b, "const": const, "left": left, "unused": unused, "cut": cut, "out": out}
+    assert view.greyed_names == _grad_is_none_after_backward(named, out)
+    unnamed = [v for v in view.values if not v.name]
+    assert [(v.shape, v.gets_grad) for v in unnamed] == [((2,), False), ((2,), True)]
+    assert "b" in view.greyed_names and "unused" in view.greyed_names
+    assert "a" not in view.greyed_names
+
+
+def test_detach_in_place_and_data_are_cuts_and_states_are_named_by_what_changed_them():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gp.record() as rec:
+        m = x * 2
+        m.detach_()
+        d = x.data
+        y = x * m + d
+    view = gp.forward_view(rec, y, alt="view")
+    cut_ops = sorted(s.name for s in view.steps if s.cut)
+    assert cut_ops == ["data", "detach_"]
+    # m appears twice: before and after its in-place detach; only the later state is grey
+    assert {"m", "m after detach_()"} <= {v.name for v in view.values}
+    assert ("m", "m after detach_()") in view.cut_names
+    assert view.greyed_names == {"m", "m after detach_()", "d"}  # y uses m only after the cut
+    assert "m after detach_()" in svg_texts(view.svg)
+    assert not any("(v0)" in t or "(v1)" in t for t in svg_texts(view.svg))
+
+
+def test_the_state_before_an_in_place_detach_keeps_its_gradient():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gp.record() as rec:
+        m = x * 2
+        y = m * 3
+        m.detach_()
+        y_later = m * 3
+        total = y + y_later
+    view = gp.forward_view(rec, total, alt="view")
+    assert view.greyed_names == {"m after detach_()", "y_later"}
+    assert view.cut_names == {("m", "m after detach_()")}
+
+
+def test_forward_view_marks_hooks():
+    rec, x, s, u, y = detach_example(cut=True)
+
+    def double(grad):
+        return 2 * grad
+
+    handle = x.register_hook(double)
+    view = gp.forward_view(rec, y, alt="view")
+    assert view.hooked_names == {"x"}
+    assert "hook double" in svg_texts(view.svg)
+    handle.remove()
+    assert gp.forward_view(rec, y, alt="view").hooked_names == set()
+
+
+def test_forward_view_notes_say_which_hook():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    with gp.record() as rec:
+        z1, z2 = x + 1, x * 2
+        loss = (z1 * z2).sum()
+    grads = {}
+    for name, tensor in (("z1", z1), ("z2", z2)):
+        tensor.register_hook(save_grad(name, grads))
+    texts = svg_texts(gp.forward_view(rec, loss, alt="view").svg)
+    assert "hook save_grad('z1')" in texts and "hook save_grad('z2')" in texts
+    assert "hook hook" not in texts
+
+
+def test_forward_view_is_byte_stable():
+    rec1, *_, y1 = detach_example(True)
+    rec2, *_, y2 = detach_example(True)
+    assert gp.forward_view(rec1, y1, alt="v").svg == gp.forward_view(rec2, y2, alt="v").svg
+
+
+def _ops_under_test(x, w):
+    # matmul, relu, indexing, an in-place op on a non-leaf, sum and mean
+    h = (x @ w).relu()
+    h = h[:, 1:] * 3
+    h.mul_(2)
+    h.add_(1)
+    return h.sum() + h.mean()
+
+
+def test_recording_leaves_gradients_unchanged():
+    torch.manual_seed(0)
+    x0, w0 = torch.randn(4, 3), torch.randn(3, 5)
+    grads = []
+    for recording in (False, True):
+        x, w = x0.clone().requires_grad_(), w0.clone().requires_grad_()
+        if recording:
+            with gp.record() as rec:
+                loss = _ops_under_test(x, w)
+            assert len(rec.calls) >= 6
+        else:
+            loss = _ops_under_test(x, w)
+        loss.backward()
+        grads.append((loss.detach(), x.grad, w.grad))
+    for plain, recorded in zip(*grads, strict=True):
+        assert torch.equal(plain, recorded)
+
+
+def test_forward_view_bad_input():
+    rec, x, s, u, y = detach_example(cut=True)
+    with pytest.raises(TypeError, match="expected the Recording"):
+        gp.forward_view("not a recording", y, alt="v")
+    with pytest.raises(TypeError, match="got float"):
+        gp.forward_view(rec, 1.0, alt="v")
+    with pytest.raises(ValueError, match="no autograd graph"):
+        gp.forward_view(rec, u, alt="v")
+    with pytest.raises(ValueError, match="not computed inside this recording"):
+        gp.forward_view(rec, (x * 5).sum(), alt="v")
+    with gp.record() as empty:
+        pass
+    with pytest.raises(ValueError, match="recording is empty"):
+        gp.forward_view(empty, y, alt="v")
+
+
+def test_forward_view_works_after_backward():
+    rec, x, s, u, y = detach_example(cut=True)
+    before = gp.forward_view(rec, y, alt="v")
+    y.sum().backward()
+    assert gp.forward_view(rec, y, alt="v").svg == before.svg
+
+
+# --- folding long tails ----------------------------------------------------------
+
+
+def test_long_chain_forward_view_is_one_folded_box():
+    x = torch.ones(1, requires_grad=True)
+    with gp.record() as rec:
+        y = x
+        for _ in range(2000):
+            y = y * 1.0001
+    view = gp.forward_view(rec, y, alt="a 2,000-step chain")
+    assert [v.name for v in view.values] == ["x", "y"] and not view.greyed_names
+    assert [s.name for s in view.steps] == ["mul ×2000"]
+
+
+def test_a_tail_of_unnamed_results_is_one_box_and_names_stop_the_fold():
+    p = torch.ones(2, 3, requires_grad=True)
+    z = torch.ones(2, 3, requires_grad=True)
+    with gp.record() as rec:
+        loss = -(p * z.detach()).sum(dim=1).mean()
+        half = (p * 2).sum()
+        named = half.exp()
+        total = loss + named
+    view = gp.forward_view(rec, total, alt="view")
+    names = [s.name for s in view.steps]
+    assert "mul → sum → mean → neg" in names  # four steps, one box
+    assert "detach" in names  # a cut never folds
+    assert "mul" in names and "sum" in names  # two steps: too short to fold
+    assert {"half", "named", "total"} <= {v.name for v in view.values}
+
+
+def test_greyed_unnamed_values_are_never_folded_away():
+    rec, *_, y = detach_example(cut=True)
+    assert [v.gets_grad for v in gp.forward_view(rec, y, alt="v").values].count(False) == 2
+
+
+def test_walk_returns_plain_records():
+    rec, x, s, u, y = detach_example(cut=True)
+    values, steps = forward.walk(rec, y)
+    assert [(v.name, v.shape, v.gets_grad) for v in values] == [
+        ("x", (3,), True),
+        ("s", (3,), False),
+        ("u", (3,), False),
+        ("y", (3,), True),
+    ]
+    assert [(s.name, s.cut) for s in steps] == [
+        ("sigmoid", False),
+        ("detach", True),
+        ("mul", False),
+    ]
+
+
+def test_text_repr_is_short_and_deterministic():
+    rec, *_, y = detach_example(cut=True)
+    text = repr(gp.forward_view(rec, y, alt="view"))
+    assert "<svg" not in text and len(text) < 500
+    assert "greyed_names=['s', 'u']" in text
+
+
+# --- plots -----------------------------------------------------------------------
+
+
+def _figure():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1, 2], [1.0, 0.5, 0.25], label="loss", color=gp.palette.BLUE)
+    ax.legend()
+    return fig
+
+
+def test_plot_picture_is_byte_stable_and_closes_the_figure():
+    import matplotlib.pyplot as plt
+
+    first = gp.plot_picture(_figure(), alt="a falling line").svg
+    second = gp.plot_picture(_figure(), alt="a falling line").svg
+    assert first == second and first.lstrip().startswith("<?xml")
+    assert plt.get_fignums() == []
+
+
+def test_plot_picture_bad_input():
+    with pytest.raises(TypeError, match="expected a matplotlib Figure, got str"):
+        gp.plot_picture("figure", alt="x")
+    with pytest.raises(ValueError, match="alt text is required"):
+        gp.plot_picture(_figure(), alt="")
+
+
+# --- the package's own rules -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "gradstop"
+LONGEST = 40  # lines per function, docstring included: one screenful
+HEX_COLOUR = re.compile(r"""["']#[0-9a-fA-F]{6}["']""")
+LABEL_SPLIT = re.compile(r"""\.split\(\s*["']\\n["']""")
+
+
+def long_functions(folder: Path) -> list[str]:
+    """Every function in ``folder``'s modules longer than LONGEST lines."""
+    found = []
+    for module in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(module.read_text("utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = node.end_lineno - node.lineno + 1
+                if length > LONGEST:
+                    found.append(f"{module.name}: {node.name} has {length} lines")
+    return found
+
+
+def code_problems(where: str, code: str) -> list[str]:
+    """A hex colour typed in, or a display label parsed back into a name."""
+    problems = []
+    if HEX_COLOUR.search(code):
+        problems.append(f"{where}: types a hex colour; use gp.palette")
+    if LABEL_SPLIT.search(code):
+        problems.append(f"{where}: splits a display label; assert on the picture's names")
+    return problems
+
+
+def notebook_problems(path: Path) -> list[str]:
+    nb = nbformat.read(path, as_version=4)
+    return [
+        problem
+        for index, cell in enumerate(nb.cells)
+        if cell.cell_type == "code"
+        for problem in code_problems(f"{path.name}, cell {index}", cell.source)
+    ]
+
+
+def test_no_function_in_the_package_is_longer_than_a_screenful():
+    assert long_functions(PACKAGE) == []
+
+
+def test_colours_come_from_the_palette_and_assertions_use_names():
+    notebooks = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("book/*.ipynb")])
+    problems = [p for path in notebooks for p in notebook_problems(path)]
+    sources = [*sorted(ROOT.glob("tests/*.py")), *sorted(PACKAGE.glob("*.py"))]
+    problems += [
+        p
+        for path in sources
+        if path.name != "palette.py"
+        for p in code_problems(path.name, path.read_text("utf-8"))
+    ]
+    assert problems == []
+
+
+def test_the_package_pins_what_the_book_pins():
+    # A downloaded chapter installs the package's own pins; they must be the book's.
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    pinned = dict(d.split("==") for d in project["dependencies"] if "==" in d)
+    book = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text("utf-8").splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pinned and all(book[name] == version for name, version in pinned.items())
+
+
+def test_the_rules_catch_a_deliberate_break(tmp_path):
+    package = tmp_path / "gradstop"
+    shutil.copytree(PACKAGE, package)
+    body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST))
+    with (package / "graph.py").open("a") as module:
+        module.write(f"\n\ndef too_long():\n{body}")
+    assert long_functions(package) == [f"graph.py: too_long has {LONGEST + 1} lines"]
+    chapter = nbformat.read(ROOT / "notebooks" / "01-autograd-graph.ipynb", as_version=4)
+    blue = "#" + "1f5fa8"  # spelled in two parts, so that this file passes its own rule
+    chapter.cells.append(nbformat.v4.new_code_cell(f'ax.plot(y, color="{blue}")'))
+    chapter.cells.append(nbformat.v4.new_code_cell('{label.split("\\n")[0] for label in a}'))
+    broken = tmp_path / "01-broken.ipynb"
+    nbformat.write(chapter, broken)
+    problems = notebook_problems(broken)
+    assert len(problems) == 2
+    assert "hex colour" in problems[0] and "display label" in problems[1]
+
+
+def _svg_graph(svg: str) -> tuple[dict[str, str], set[tuple[str, str]]]:
+    """Node title -> its text, and the edges (from, to), of a Graphviz SVG."""
+    items = re.findall(r'class="(node|edge)">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S)
+    text = {t: " ".join(re.findall(r"<text[^>]*>(.*?)</text>", body)) for k, t, body in items}
+    nodes = {t: text[t] for k, t, _ in items if k == "node"}
+    edges = {tuple(t.split("&#45;&gt;")) for k, t, _ in items if k == "edge"}
+    return nodes, edges
+
+
+def test_hook_notes_are_joined_to_the_hooked_tensors():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x.pow(2)
+    y.register_hook(lambda grad: None)
+    x.register_post_accumulate_grad_hook(lambda t: None)
+    svg = gp.backward_graph((x + y).sum(), alt="graph", names={"x": x, "y": y}).svg
+    nodes, edges = _svg_graph(svg)
+
+    def node(starting):
+        (name,) = [n for n, text in nodes.items() if text.startswith(starting)]
+        return name
+
+    # y's note beside y's backward node, x's note on the leaf x itself
+    assert (node("on y:"), node("PowBackward0")) in edges
+    assert (node("on x:"), node("x ")) in edges
