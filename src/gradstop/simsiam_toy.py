@@ -296,8 +296,13 @@ def run(config: Config) -> dict:
                     history[key].append(figures[key])
         final = {**figures, "loss": history["epoch_loss"][-1]}
     state = {k: v.clone() for k, v in model.state_dict().items()}
-    return {"config": config, "initial": initial, "final": final,
-            "history": history, "state": state}
+    return {
+        "config": config,
+        "initial": initial,
+        "final": final,
+        "history": history,
+        "state": state,
+    }
 
 
 def _start_worker(shared: Data) -> None:
