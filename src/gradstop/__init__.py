@@ -23,6 +23,7 @@ from . import palette
 from .forward import forward_view, record
 from .graph import backward_edges, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
+from .tables import print_table
 
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
@@ -34,6 +35,7 @@ __all__ = [
     "hooks_on",
     "palette",
     "plot_picture",
+    "print_table",
     "record",
     "side_by_side",
 ]
