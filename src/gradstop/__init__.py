@@ -14,6 +14,9 @@ order; each is short:
     ``forward_view`` draws them with the cuts visible.
 ``palette``
     the colours every picture and plot uses.
+``simsiam_toy``
+    chapter 6's SimSiam experiment on scikit-learn's digits (imported on its
+    own: ``from gradstop import simsiam_toy``; it needs scikit-learn).
 """
 
 from . import palette
