@@ -550,6 +550,20 @@ def test_colours_come_from_the_palette_and_assertions_use_names():
     assert problems == []
 
 
+def test_the_package_pins_what_the_book_pins():
+    # A downloaded chapter installs the package's own pins; they must be the book's.
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    pinned = dict(d.split("==") for d in project["dependencies"] if "==" in d)
+    book = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text("utf-8").splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pinned and all(book[name] == version for name, version in pinned.items())
+
+
 def test_the_rules_catch_a_deliberate_break(tmp_path):
     package = tmp_path / "gradstop"
     shutil.copytree(PACKAGE, package)
