@@ -1,34 +1,9 @@
-"""Unit tests of gradstop.tables: the table printer and grad_state."""
+"""Unit tests of gradstop.grad_state (the table printer is tested in test_gradstop)."""
 
 import pytest
 import torch
 
 import gradstop as gp
-from gradstop.tables import table_text
-
-
-def test_table_is_aligned_with_yes_and_no():
-    rows = {"a": {"left": True, "n": 1}, "longer name": {"left": False, "n": 22}}
-    assert table_text(rows, "case").splitlines() == [
-        "case         left  n",
-        "a            yes   1",
-        "longer name  no    22",
-    ]
-
-
-def test_show_prints_the_same_text(capsys):
-    rows = {"x": {"value": 1.5}}
-    gp.show(rows, "name")
-    assert capsys.readouterr().out == table_text(rows, "name") + "\n"
-
-
-def test_bad_tables_are_clear_errors():
-    with pytest.raises(ValueError, match="non-empty dict"):
-        table_text({})
-    with pytest.raises(TypeError, match="not a dict: \\['b'\\]"):
-        table_text({"a": {"c": 1}, "b": [1]})
-    with pytest.raises(ValueError, match="row 'b' has columns \\['d'\\]"):
-        table_text({"a": {"c": 1}, "b": {"d": 1}})
 
 
 def test_grad_state_tells_none_zero_and_non_zero_apart():

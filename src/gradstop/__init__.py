@@ -13,7 +13,7 @@ order; each is short:
     the forward view: ``record()`` what ran, ``walk`` it into plain records,
     ``forward_view`` draws them with the cuts visible.
 ``tables``
-    ``show`` prints a table of results; ``grad_state`` says, for each named
+    ``print_table`` prints a table of results; ``grad_state`` says, for each named
     module or tensor, whether backward() left ``None``, zeros or a gradient.
 ``palette``
     the colours every picture and plot uses.
@@ -23,7 +23,7 @@ from . import palette
 from .forward import forward_view, record
 from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
-from .tables import grad_state, show
+from .tables import grad_state, print_table
 
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
@@ -37,7 +37,7 @@ __all__ = [
     "hooks_on",
     "palette",
     "plot_picture",
+    "print_table",
     "record",
-    "show",
     "side_by_side",
 ]

@@ -1,22 +1,22 @@
-"""Tables the chapters print, and the one they print most: who got a gradient.
+"""The chapters' outcome tables, printed as plain text, and the one they print most:
+who got a gradient.
 
-``show(rows, first=...)``
-    prints ``{row: {column: value}}`` as an aligned text table, ``True`` and
-    ``False`` as yes and no (``table_text`` returns the same text).
-``grad_state(parts)``
-    what backward() left in the ``.grad`` of each named part, a module's
-    parameters or one leaf tensor: ``"None"``, ``"zero"`` or ``"non-zero"``.
-    The chapters assert on these words and print them with ``show``.
+A chapter that states a rule runs it over a family of cases and prints one row per
+case, so the reader sees every outcome the assertions below the table check::
+
+    gp.print_table({"leaf": {"is_leaf": True, "grad_fn": None}})
+
+``grad_state(parts)`` says what backward() left in the ``.grad`` of each named part,
+a module's parameters or one leaf tensor: ``"None"``, ``"zero"`` or ``"non-zero"``
+(``"mixed (...)"`` when a module's parameters disagree). The chapters assert on
+these words and print them with ``print_table``.
 """
-
-from __future__ import annotations
 
 import torch
 
-GRAD_STATES = ("None", "zero", "non-zero")
 
-
-def _cell(value: object) -> str:
+def _cell(value) -> str:
+    """True/False read as yes/no; everything else as str() prints it."""
     if value is True:
         return "yes"
     if value is False:
@@ -24,30 +24,29 @@ def _cell(value: object) -> str:
     return str(value)
 
 
-def table_text(rows: dict, first: str = "case") -> str:
-    """``rows`` as text: a header line, then one line per row, columns aligned.
+def format_table(rows: dict, first: str = "case") -> str:
+    """{row name: {column: value}} as aligned text, one line per row, header first.
 
     Every row must have the same columns, in the same order.
     """
     if not isinstance(rows, dict) or not rows:
         raise ValueError("rows must be a non-empty dict {row name: {column: value}}")
-    bad = [name for name, row in rows.items() if not isinstance(row, dict)]
-    if bad:
-        raise TypeError(f"each row must be a dict {{column: value}}; not a dict: {bad}")
-    columns = list(next(iter(rows.values())))
+    first_row = next(iter(rows.values()))
+    columns = list(first_row) if isinstance(first_row, dict) else None
     for name, row in rows.items():
-        if list(row) != columns:
-            raise ValueError(f"row {name!r} has columns {list(row)}, the first row {columns}")
-    text = [[first, *columns]]
-    text += [[str(name), *(_cell(v) for v in row.values())] for name, row in rows.items()]
-    widths = [max(len(line[i]) for line in text) for i in range(len(columns) + 1)]
-    aligned = ("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in text)
-    return "\n".join(line.rstrip() for line in aligned)
+        if not isinstance(row, dict) or list(row) != columns:
+            raise ValueError(f"row {name!r} has columns {row!r}; expected {columns}")
+    lines = [[first, *columns]]
+    lines += [[str(name), *map(_cell, row.values())] for name, row in rows.items()]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(columns) + 1)]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
 
 
-def show(rows: dict, first: str = "case") -> None:
-    """Print ``{row: {column: value}}`` as a text table; True/False as yes/no."""
-    print(table_text(rows, first))
+def print_table(rows: dict, first: str = "case") -> None:
+    """Print format_table(rows, first)."""
+    print(format_table(rows, first))
 
 
 def tensor_grad_state(tensor: torch.Tensor) -> str:
