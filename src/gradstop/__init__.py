@@ -17,6 +17,9 @@ order; each is short:
     module or tensor, whether backward() left ``None``, zeros or a gradient.
 ``palette``
     the colours every picture and plot uses.
+``simsiam_toy``
+    chapter 6's SimSiam experiment on scikit-learn's digits (imported on its
+    own: ``from gradstop import simsiam_toy``; it needs scikit-learn).
 """
 
 from . import palette
