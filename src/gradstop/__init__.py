@@ -12,6 +12,9 @@ order; each is short:
 ``forward``
     the forward view: ``record()`` what ran, ``walk`` it into plain records,
     ``forward_view`` draws them with the cuts visible.
+``tables``
+    ``print_table`` prints a table of results; ``grad_state`` says, for each named
+    module or tensor, whether backward() left ``None``, zeros or a gradient.
 ``palette``
     the colours every picture and plot uses.
 ``simsiam_toy``
@@ -21,17 +24,19 @@ order; each is short:
 
 from . import palette
 from .forward import forward_view, record
-from .graph import backward_edges, grad_fn_names, hooks_on
+from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
-from .tables import print_table
+from .tables import grad_state, print_table
 
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
 __all__ = [
     "backward_edges",
     "backward_graph",
+    "backward_nodes",
     "forward_view",
     "grad_fn_names",
+    "grad_state",
     "hooks_on",
     "palette",
     "plot_picture",
