@@ -46,6 +46,11 @@ ASSERTED = {
         "digits.images.shape == (1797, 8, 8) and len(data.test_idx) == 500",
         r"^\(1797, 8, 8\) \d+ 500$",
     ),
+    "08-who-trains": (
+        'gp.grad_state({"G": G, "D": D}) == {"G": "None", "D": "non-zero"}',
+        r"^\{'G': 'None', 'D': 'non-zero'\}$",
+    ),
+    "09-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
 }
 
 
