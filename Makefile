@@ -10,10 +10,11 @@ PORT ?= 8000
 # link's text follows its target's title even on a page that did not change.
 BOOK_FLAGS := --warningiserror --nitpick --keep-going --all
 
-.PHONY: help book test lint bench matrix serve lab clean distclean
+.PHONY: help book pdf test lint bench matrix serve lab clean distclean
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
+	@echo "make pdf    the whole book as one PDF in _build/pdf/ (and a link to it on the intro)"
 	@echo "make test   lint, build the book and run the whole test suite"
 	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
 	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
@@ -29,6 +30,15 @@ book:
 	$(BIN)/python scripts/execute_chapters.py
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
+
+# The whole book on one page (singlehtml), printed by Chromium (scripts/book_pdf.py);
+# then the HTML book again, whose intro now links the PDF. `make book` has just read
+# every page, so these two builds only write (no --all).
+pdf: book
+	@scripts/setup-env dev
+	$(BIN)/jupyter-book build . --builder singlehtml $(filter-out --all,$(BOOK_FLAGS))
+	$(BIN)/python scripts/book_pdf.py
+	$(BIN)/jupyter-book build . $(filter-out --all,$(BOOK_FLAGS))
 
 test: lint
 	$(BIN)/python -m pytest

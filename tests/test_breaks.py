@@ -304,6 +304,36 @@ ELSEWHERE = [
         "pip handed the silent index instead of one probe",
         "test_setup_env.py::test_the_hanging_index_check_fails_when_pip_is_handed_the_index",
     ),
+    (
+        "with the network down: every formula typeset by the site's own MathJax",
+        "a copy of chapter 1 loading MathJax from the CDN again",
+        "test_offline.py::test_offline_check_catches_mathjax_from_a_cdn",
+    ),
+    (
+        "live code: chapter 1's cells run on a kernel, their output printed by it",
+        "chapter 1 as published: its Thebe asks Binder for the kernel (out of reach)",
+        "test_livecode.py::test_live_code_check_fails_without_a_kernel",
+    ),
+    (
+        "make pdf: each chapter on its own page under its title, every page numbered",
+        "the PDF's pages with chapter 3's first three taken out",
+        "test_pdf.py::test_pdf_check_catches_a_missing_chapter",
+    ),
+    (
+        "make pdf: each chapter's asserted output in its pages; contents' page numbers right",
+        "chapter 1's output blanked out of the PDF's text; chapter 2 one page off in the contents",
+        "test_pdf.py::test_pdf_check_catches_a_missing_output_and_a_wrong_contents",
+    ),
+    (
+        "make pdf: every picture vector",
+        "a one-page PDF holding a bitmap",
+        "test_pdf.py::test_bitmap_count_sees_a_picture_printed_as_a_bitmap",
+    ),
+    (
+        "dark mode: no serious colour-contrast violation, pictures dark on a light ground",
+        "in dark mode, pictures inverted and dimmed and paragraphs greyed",
+        "test_darkmode.py::test_dark_mode_checks_catch_dim_pictures_and_faint_text",
+    ),
 ]
 
 # The tests of round 1 that must pass on the probe book's clean pages (the introduction

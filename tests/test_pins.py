@@ -25,6 +25,7 @@ DIRECT = [
     "torchviz",
     "ipykernel",
     "scikit-learn",
+    "sphinx-mathjax-offline",
 ]
 # Pins that once stopped `make book` on Debian 12's Python 3.11.2 (issue 20): each
 # release requires a newer Python. The resolve test below is shown to fail with them.
