@@ -1,0 +1,132 @@
+"""The claims map: every Summary bullet links to the section whose check proves it.
+
+A proving section is a heading with a MyST label on the line above it::
+
+    (ch3-saved-input)=
+    ## It breaks a backward that saved the tensor as an input
+
+A Summary bullet links to it with ``{ref}`ch3-saved-input``` or
+``{ref}`the sweep <ch3-saved-input>```. The section runs from its heading to the next
+heading of the same or a higher level; it must hold a check that can fail: an
+``assert`` statement, a ``torch.testing.assert_close`` call, or a cell that declares
+an ``expected_error``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+LABEL = re.compile(r"^\((?P<label>[A-Za-z0-9_.:-]+)\)=\s*$")
+HEADING = re.compile(r"^(?P<hashes>#{1,6}) \S")
+REF = re.compile(r"\{ref\}`(?:[^`<]*<(?P<target>[^>`]+)>|(?P<bare>[^`<>]+))`")
+CHECK = re.compile(r"^\s*assert\b|assert_close\(", re.M)
+
+
+@dataclass
+class Section:
+    label: str
+    notebook: Path
+    title: str
+    checks: int = 0
+
+
+@dataclass
+class Book:
+    sections: dict[str, Section] = field(default_factory=dict)
+    duplicates: list[str] = field(default_factory=list)
+
+
+def refs_in(text: str) -> list[str]:
+    """The labels a piece of MyST text links to with {ref}."""
+    return [(m["target"] or m["bare"]).strip() for m in REF.finditer(text)]
+
+
+def _cell_counts_as_check(cell) -> bool:
+    if cell.cell_type != "code":
+        return False
+    return bool(CHECK.search(cell.source)) or "expected_error" in cell.metadata
+
+
+def sections_of(path: Path) -> list[Section]:
+    """The labelled sections of one notebook, each with the number of checks in it."""
+    nb = nbformat.read(path, as_version=4)
+    found: list[tuple[Section, int]] = []  # (section, its heading level)
+    open_sections: list[tuple[Section, int]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            pending = None
+            for line in cell.source.splitlines():
+                label = LABEL.match(line)
+                heading = HEADING.match(line)
+                if label:
+                    pending = label["label"]
+                elif heading:
+                    level = len(heading["hashes"])
+                    open_sections = [(s, lv) for s, lv in open_sections if lv < level]
+                    if pending:
+                        section = Section(pending, path, line.lstrip("# ").strip())
+                        found.append((section, level))
+                        open_sections.append((section, level))
+                    pending = None
+                elif line.strip():
+                    pending = None
+        elif _cell_counts_as_check(cell):
+            for section, _ in open_sections:
+                section.checks += 1
+    return [s for s, _ in found]
+
+
+def read_book(notebooks: list[Path]) -> Book:
+    book = Book()
+    for path in notebooks:
+        for section in sections_of(path):
+            if section.label in book.sections:
+                book.duplicates.append(section.label)
+            book.sections[section.label] = section
+    return book
+
+
+def summary_bullets(path: Path) -> list[str]:
+    """The bullets of a chapter's '## Summary', each with its continuation lines."""
+    nb = nbformat.read(path, as_version=4)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    if "## Summary" not in markdown:
+        return []
+    body = markdown.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    bullets: list[str] = []
+    for line in body.splitlines():
+        if line.startswith("- "):
+            bullets.append(line[2:])
+        elif bullets and line.startswith("  ") and line.strip():
+            bullets[-1] += " " + line.strip()
+    return bullets
+
+
+def link_problems(text: str, book: Book, where: str) -> list[str]:
+    """What is wrong with the proof links of one claim (a bullet, a line)."""
+    labels = refs_in(text)
+    short = text if len(text) <= 70 else text[:67] + "..."
+    if not labels:
+        return [f"{where}: no {{ref}} link to a proving section: {short!r}"]
+    problems = []
+    for label in labels:
+        section = book.sections.get(label)
+        if section is None:
+            problems.append(f"{where}: link to '{label}', which labels no section")
+        elif section.checks == 0:
+            problems.append(f"{where}: '{label}' ({section.title}) holds no check that can fail")
+    return problems
+
+
+def summary_problems(path: Path, book: Book) -> list[str]:
+    bullets = summary_bullets(path)
+    if not bullets:
+        return [f"{path.name}: no Summary bullets found"]
+    problems = []
+    for number, bullet in enumerate(bullets, 1):
+        problems += link_problems(bullet, book, f"{path.name}, bullet {number}")
+    return problems
