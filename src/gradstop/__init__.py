@@ -12,11 +12,17 @@ order; each is short:
 ``forward``
     the forward view: ``record()`` what ran, ``walk`` it into plain records,
     ``forward_view`` draws them with the cuts visible.
+``diagnosis``
+    ``why_no_grad(output, tensor)``: why a gradient is missing, as a reason
+    code and one sentence, read from the graph (and from a recording);
+    ``grad_report(loss, model)`` for every parameter; ``decision_tree()``
+    draws the rules both follow.
 ``palette``
     the colours every picture and plot uses.
 """
 
 from . import palette
+from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
 from .forward import forward_view, record
 from .graph import backward_edges, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
@@ -24,13 +30,17 @@ from .pictures import backward_graph, plot_picture, side_by_side
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
 __all__ = [
+    "Reason",
     "backward_edges",
     "backward_graph",
+    "decision_tree",
     "forward_view",
+    "grad_report",
     "grad_fn_names",
     "hooks_on",
     "palette",
     "plot_picture",
     "record",
     "side_by_side",
+    "why_no_grad",
 ]
