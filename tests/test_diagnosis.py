@@ -226,6 +226,7 @@ def test_a_fine_gradient_is_ok_and_reached():
     found = gp.why_no_grad(loss, w)
     assert found.reason is Reason.OK and found.reached
     assert str(found).startswith("OK: backward() from loss reaches w")
+    assert max(len(line) for line in str(found).splitlines()) <= 78
     assert found.trail[-1] == "hooks on the path? no"
 
 
@@ -281,6 +282,22 @@ def test_a_numpy_round_trip_names_the_detach_and_the_exit():
     found = gp.why_no_grad(loss, w, recording=rec)
     assert found.reason is Reason.LEFT_TORCH
     assert "through detach() then numpy()" in found.sentence
+
+
+def test_a_new_leaf_made_inside_the_recording_is_a_cut():
+    h = leaf()
+    with gp.record() as rec:
+        p = nn.Parameter(h * 2)  # a new leaf: the gradient stays with p
+        loss = (p * X).sum()
+    found = gp.why_no_grad(loss, h, recording=rec)
+    assert found.reason is Reason.COPIED and "a new leaf" in found.sentence
+    model = nn.Linear(3, 1)
+    with gp.record() as rec:
+        twin = copy.deepcopy(model)  # deepcopy copies a parameter through .data
+        loss = twin(X).sum()
+    assert gp.why_no_grad(loss, model.weight, recording=rec).reason is Reason.DATA
+    loss.backward()
+    assert h.grad is None and model.weight.grad is None
 
 
 def test_inference_mode_is_named():
@@ -503,3 +520,11 @@ def test_the_recording_notes_grad_mode_requires_grad_and_exits():
     flags = [rec.states[c.inputs[0]].requires_grad for c in rec.calls if c.name == "mul"]
     assert flags == [False, True, True]
     assert not before.requires_grad and not quiet.requires_grad and number == 8.0
+
+
+def test_sentences_name_a_parameter_after_the_callers_module():
+    encoder = nn.Linear(3, 2)
+    loss = encoder(X).sum()
+    found = gp.why_no_grad(loss, encoder.weight)
+    assert "reach encoder.weight" in found.sentence
+    assert "from loss" in found.sentence

@@ -33,7 +33,7 @@ import graphviz
 import torch
 
 from . import palette
-from .forward import Recording
+from .forward import Recording, _Call
 from .graph import backward_edges, gradient_targets, hooks_on
 from .pictures import Picture, check_alt, svg
 
@@ -203,11 +203,23 @@ def _connected(state) -> bool:
     return state.grad_fn is not None or state.requires_grad
 
 
-def _cut(recording: Recording, call) -> Cut | None:
-    """``call`` as a Cut if it took a tensor on the graph and made one off it."""
+def _cut(recording: Recording, call, near: set[int]) -> Cut | None:
+    """``call`` as a Cut if it took a tensor on the graph and made one off it.
+
+    Off the graph: no graph at all, or a new leaf (``copy.deepcopy(p)``,
+    ``nn.Parameter(h)``), whose gradient stays with it. The Cut names the input
+    among ``near`` (the states computed from the tensor asked about), if any.
+    """
     states = recording.states
-    made = [states[i] for i in call.outputs if not _connected(states[i])]
-    taken = [states[i] for i in call.inputs if _connected(states[i])]
+    indices = sorted(call.inputs, key=lambda i: i not in near)  # near ones first
+    taken = [states[i] for i in indices if _connected(states[i])]
+    mine = {id(s.tensor) for s in taken}
+    made = [
+        states[i]
+        for i in call.outputs
+        if not _connected(states[i])
+        or (states[i].grad_fn is None and id(states[i].tensor) not in mine)
+    ]
     if not made or not taken:
         return None
     out, mode = made[0], "inference_mode()" if call.inference else "no_grad()"
@@ -226,12 +238,17 @@ def _cut(recording: Recording, call) -> Cut | None:
 
 
 def _op_text(name: str) -> str:
-    return {"data": ".data", "tensor": "torch.tensor()"}.get(name, f"{name}()")
+    special = {
+        "data": ".data",
+        "tensor": "torch.tensor()",
+        "new leaf": "a new leaf made from its memory (nn.Parameter(), copy.deepcopy())",
+    }
+    return special.get(name, f"{name}()")
 
 
 def trace(recording: Recording, output, tensor) -> Trace:
     """Follow ``tensor`` through the recording towards ``output``."""
-    states, calls = recording.states, recording.calls
+    states, calls = recording.states, recording.calls + _new_leaves(recording)
     mine = {i for i, s in enumerate(states) if s.tensor is tensor}
     outs = {i for i, s in enumerate(states) if s.tensor is output}
     ahead_links: dict[int, set[int]] = {}
@@ -244,7 +261,7 @@ def trace(recording: Recording, output, tensor) -> Trace:
     ahead, behind = _closure(mine, ahead_links), _closure(outs, behind_links)
     uses = [c for c in calls if mine & set(c.inputs) and set(c.outputs) - mine]
     uses += [c for c in recording.exits if mine & set(c.inputs)]
-    cuts = [(c, cut) for c in calls if not c.unseen and (cut := _cut(recording, c))]
+    cuts = [(c, cut) for c in calls if not c.unseen and (cut := _cut(recording, c, ahead))]
     on_path = [cut for c, cut in cuts if ahead & set(c.inputs) and behind & set(c.outputs)]
     between = [c for c in calls if ahead & set(c.inputs) and behind & set(c.outputs)]
     return Trace(
@@ -256,6 +273,37 @@ def trace(recording: Recording, output, tensor) -> Trace:
         reaches_output=bool(ahead & outs),
         unseen=any(c.unseen for c in between),
     )
+
+
+def _new_leaves(recording: Recording) -> list[_Call]:
+    """Links the recorder cannot see: a new leaf sharing memory with an earlier result.
+
+    ``nn.Parameter(h)`` and ``copy.deepcopy(p)`` make a leaf that requires grad
+    from another tensor's memory without a recorded operation; the leaf shows up
+    first as an input. Each such leaf is linked to the latest earlier state of
+    another tensor with the same memory (not itself a leaf that requires grad).
+    """
+    states = recording.states
+    made = {o for call in recording.calls for o in call.outputs}
+    first: dict[int, int] = {}
+    for i, state in enumerate(states):
+        first.setdefault(id(state.tensor), i)
+    links = []
+    for i, state in enumerate(states):
+        t = state.tensor
+        if i in made or first[id(t)] != i or t.grad_fn is not None or not state.requires_grad:
+            continue
+        earlier = [
+            j
+            for j in range(i)
+            if states[j].tensor is not t
+            and t.numel() > 0
+            and states[j].tensor.data_ptr() == t.data_ptr()
+            and not (states[j].grad_fn is None and states[j].requires_grad)
+        ]
+        if earlier:
+            links.append(_Call("new leaf", [earlier[-1]], [i]))
+    return links
 
 
 def _exits(recording: Recording, ahead: set[int], behind_links, cuts) -> tuple[str, ...]:
@@ -440,7 +488,8 @@ SENTENCES = {
     Reason.NO_GRAD: "{cut}, which ran with gradient recording off ({mode}): compute it "
     "outside that region (a forward decorated with @torch.no_grad() cannot train).",
     Reason.COPIED: "{cut}, which copies the values into a new tensor with no graph: use the "
-    "tensor itself (torch.stack or torch.cat to combine tensors, not torch.tensor).",
+    "tensor itself where the gradient should flow (torch.stack or torch.cat to combine "
+    "tensors, not torch.tensor; no nn.Parameter around a computed value).",
     Reason.NOT_DIFFERENTIABLE: "{cut}, which returns a {cut_dtype} tensor, and integer and "
     "boolean results carry no gradient: use a differentiable stand-in (a sigmoid instead "
     "of a comparison, softmax instead of argmax).",
@@ -536,7 +585,10 @@ class Diagnosis:
         return self.reason in REACHED
 
     def __str__(self) -> str:
-        return f"{self.reason.name}: {self.sentence}"
+        """The reason and its sentence, wrapped to fit a notebook or a page."""
+        return textwrap.fill(f"{self.reason.name}: {self.sentence}", 78, subsequent_indent="  ")
+
+    __repr__ = __str__
 
 
 def why_no_grad(output, tensor, *, recording: Recording | None = None) -> Diagnosis:
@@ -593,10 +645,26 @@ def _names(output, tensor, recording, caller) -> tuple[str, str]:
         if recording is not None and any(s.tensor is obj for s in recording.states):
             name = recording.names.get(id(obj))
         if name is None:
-            bound = [k for k, v in caller.f_locals.items() if v is obj and _is_name(k)]
-            name = bound[0] if len(bound) == 1 else fallback
+            name = _local_name(obj, caller.f_locals, caller.f_globals) or fallback
         found.append(name)
     return found[0], found[1]
+
+
+def _local_name(obj, local: dict, shared: dict) -> str | None:
+    """The caller's one variable holding ``obj``, or ``model.weight`` for a parameter.
+
+    A parameter is named after a module among the caller's variables (local
+    first, then global).
+    """
+    bound = [k for k, v in local.items() if v is obj and _is_name(k)]
+    if len(bound) == 1:
+        return bound[0]
+    for k, v in [*local.items(), *shared.items()]:
+        if isinstance(v, torch.nn.Module) and _is_name(k):
+            for name, p in v.named_parameters(remove_duplicate=False):
+                if p is obj:
+                    return f"{k}.{name}"
+    return None
 
 
 def _is_name(name: str) -> bool:
@@ -738,8 +806,11 @@ def draw_rules() -> tuple[graphviz.Digraph, set[Reason]]:
             dot.node(question.key, _table_label(question), shape="plain")
             continue
         dot.node(question.key, _wrap(question.text), shape="box", style="rounded")
+        answers: dict[str, list[str]] = {}  # one edge per target, its answers stacked
         for answer, step in question.branches.items():
-            dot.edge(question.key, _target(step), label=answer)
+            answers.setdefault(_target(step), []).append(answer)
+        for target, said in answers.items():
+            dot.edge(question.key, target, label=" \n".join(f" {a} " for a in said))
         if len(steps) == 2 and len(reasons) == 1:
             with dot.subgraph() as beside:
                 beside.attr(rank="same")
