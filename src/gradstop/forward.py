@@ -275,7 +275,7 @@ def _fold(values: list[Value], steps: list[Step], keep: set[str]) -> tuple[list,
 
 
 def _run_name(run: list[Step]) -> str:
-    """ "sum → mean → neg"; a repeated operation once, with a count: "mul ×2000"."""
+    """A folded run's name, "sum → mean → neg"; a repeated operation with a count, "mul ×2000"."""
     parts: list[list] = []
     for step in run:
         if parts and parts[-1][0] == step.name:
