@@ -720,7 +720,7 @@ class GradReport:
 
     def _repr_html_(self) -> str:
         stepped = any(r.stepped is not None for r in self.rows)
-        head = ["parameter", "reached", *(["in the optimizer"] if stepped else []), "reason", ""]
+        head = ["parameter", "reached", *(["in the optimizer"] if stepped else []), "reason", "why"]
         cells = [f"<th>{h}</th>" for h in head]
         body = []
         for row in self.rows:
