@@ -6,22 +6,27 @@ BIN := $(VENV)/bin
 PORT ?= 8000
 # -W: a warning fails the build; -n: a broken reference is a warning;
 # --keep-going: report every warning of the run, not just the first.
-BOOK_FLAGS := --warningiserror --nitpick --keep-going
+# --all: read every page again (executed chapters still come from the cache), so a
+# link's text follows its target's title even on a page that did not change.
+BOOK_FLAGS := --warningiserror --nitpick --keep-going --all
 
-.PHONY: help book test lint bench serve lab clean distclean
+.PHONY: help book test lint bench matrix serve lab clean distclean
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
 	@echo "make test   lint, build the book and run the whole test suite"
 	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
 	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
+	@echo "make matrix run every chapter on the newest torch too; compare (book/torch-matrix.json)"
 	@echo "make serve  serve _build/html on http://localhost:$(PORT)"
 	@echo "make lab    open the chapters in JupyterLab from the pinned environment"
-	@echo "make clean  remove _build/ (distclean also removes .venv/)"
+	@echo "make clean  remove _build/ (distclean also removes .venv/ and .venv-matrix/)"
 
 book:
 	@scripts/setup-env book
 	@scripts/invalidate-stale-cache
+	@# the changed chapters, in parallel, into the cache jupyter-book then reads
+	$(BIN)/python scripts/execute_chapters.py
 	$(BIN)/jupyter-book build . $(BOOK_FLAGS)
 	@echo "The book is at $(CURDIR)/_build/html/index.html"
 
@@ -31,13 +36,18 @@ test: lint
 lint:
 	@scripts/setup-env dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check src/gradstop/*.py tests/*.py book/_ext/*.py scripts/*.py
+	$(BIN)/ruff format --check src/gradstop/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
 	$(BIN)/python scripts/check-notebooks
 
 bench:
 	@scripts/setup-env dev
 	@test -f _build/html/index.html || { echo "Run 'make book' first." >&2; exit 1; }
 	$(BIN)/python scripts/bench.py
+
+# Not part of `make test`: installs the newest torch (a CUDA build of several GB) into
+# .venv-matrix/, runs every chapter there and compares each output with make book's.
+matrix: book
+	$(BIN)/python scripts/matrix.py
 
 serve:
 	@test -f _build/html/index.html || { echo "No book built yet: run 'make book' first." >&2; exit 1; }
@@ -59,4 +69,4 @@ clean:
 	rm -rf _build
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) .venv-matrix

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -50,6 +51,17 @@ def toc_notebooks(root: Path = ROOT) -> list[Path]:
     return [root / f"{f}.ipynb" for f in toc_files(root) if (root / f"{f}.ipynb").exists()]
 
 
+def chapter_notebooks(root: Path = ROOT) -> list[Path]:
+    """Every chapter in notebooks/, listed in _toc.yml or not ('_' files are not chapters)."""
+    return sorted(p for p in (root / "notebooks").glob("*.ipynb") if not p.name.startswith("_"))
+
+
+def notebooks_to_run(root: Path = ROOT) -> list[Path]:
+    """The book's notebooks in reading order, then any chapter _toc.yml forgot."""
+    listed = toc_notebooks(root)
+    return listed + [p for p in chapter_notebooks(root) if p not in listed]
+
+
 def html(path: Path) -> BeautifulSoup:
     """A built page, parsed."""
     return BeautifulSoup(Path(path).read_text(encoding="utf-8"), "html.parser")
@@ -71,6 +83,26 @@ def repo_copy(dest: Path, names: list[str]) -> Path:
             shutil.copytree(ROOT / name, dest / name, ignore=ignore)
         else:
             shutil.copy(ROOT / name, dest / name)
+    (dest / ".venv").symlink_to(ROOT / ".venv")
+    return dest
+
+
+def clone_copy(dest: Path) -> Path:
+    """The repository as a fresh clone of this work tree would hold it, sharing .venv.
+
+    Tracked files and new files not ignored by git, as they are now in the work tree.
+    """
+    names = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, names):
+        if (ROOT / name).is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
     (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
 

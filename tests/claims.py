@@ -9,7 +9,14 @@ A Summary bullet links to it with ``{ref}`ch3-saved-input``` or
 ``{ref}`the sweep <ch3-saved-input>```. The section runs from its heading to the next
 heading of the same or a higher level; it must hold a check that can fail: an
 ``assert`` statement, a ``torch.testing.assert_close`` call, or a cell that declares
-an ``expected_error``.
+an ``expected_error``. Several label lines may stand above one heading; each names it.
+
+The same test covers two appendices:
+
+- the cheat sheet: every paragraph of a markdown cell that comes after its first
+  ``## `` heading is a line of the sheet, and must link to its proof the same way;
+- the error index: every entry of ``book/error-explanations.yml`` names the sections
+  that prove it in a ``proof`` list of labels.
 """
 
 from __future__ import annotations
@@ -58,22 +65,22 @@ def sections_of(path: Path) -> list[Section]:
     open_sections: list[tuple[Section, int]] = []
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            pending = None
+            pending: list[str] = []
             for line in cell.source.splitlines():
                 label = LABEL.match(line)
                 heading = HEADING.match(line)
                 if label:
-                    pending = label["label"]
+                    pending.append(label["label"])
                 elif heading:
                     level = len(heading["hashes"])
                     open_sections = [(s, lv) for s, lv in open_sections if lv < level]
-                    if pending:
-                        section = Section(pending, path, line.lstrip("# ").strip())
+                    for name in pending:
+                        section = Section(name, path, line.lstrip("# ").strip())
                         found.append((section, level))
                         open_sections.append((section, level))
-                    pending = None
+                    pending = []
                 elif line.strip():
-                    pending = None
+                    pending = []
         elif _cell_counts_as_check(cell):
             for section, _ in open_sections:
                 section.checks += 1
@@ -129,4 +136,45 @@ def summary_problems(path: Path, book: Book) -> list[str]:
     problems = []
     for number, bullet in enumerate(bullets, 1):
         problems += link_problems(bullet, book, f"{path.name}, bullet {number}")
+    return problems
+
+
+def cheatsheet_lines(path: Path) -> list[str]:
+    """The lines of the cheat sheet: each paragraph after its first '## ' heading."""
+    nb = nbformat.read(path, as_version=4)
+    lines: list[str] = []
+    started = False
+    for cell in nb.cells:
+        if cell.cell_type != "markdown":
+            continue
+        for paragraph in cell.source.split("\n\n"):
+            rows = [r for r in paragraph.splitlines() if r.strip()]
+            if any(r.startswith("## ") for r in rows):
+                started = True
+            prose = [r for r in rows if not (LABEL.match(r) or HEADING.match(r))]
+            if started and prose:
+                lines.append(" ".join(r.strip() for r in prose))
+    return lines
+
+
+def cheatsheet_problems(path: Path, book: Book) -> list[str]:
+    lines = cheatsheet_lines(path)
+    if not lines:
+        return [f"{path.name}: no lines found after a '## ' heading"]
+    problems = []
+    for number, line in enumerate(lines, 1):
+        problems += link_problems(line, book, f"{path.name}, line {number}")
+    return problems
+
+
+def explanation_problems(explanations: dict, book: Book) -> list[str]:
+    """Each error explanation must name, under 'proof', labelled sections with a check."""
+    problems = []
+    for key, entry in explanations.items():
+        where = f"error-explanations.yml, {key[:40]!r}"
+        proof = entry.get("proof") if isinstance(entry, dict) else None
+        if not proof or not isinstance(proof, list):
+            problems.append(f"{where}: no 'proof' list of labels")
+            continue
+        problems += link_problems(" ".join(f"{{ref}}`{label}`" for label in proof), book, where)
     return problems

@@ -11,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # chapters' helper package, gradstop, is installed in .venv by scripts/setup-env.
 sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "tests"))
+# The package from this checkout, even where .venv's editable install points at
+# another one (test_breaks runs the suite on a copy that shares the .venv).
+sys.path.insert(0, str(ROOT / "src"))
 
 HTML = ROOT / "_build" / "html"
+
+import nbcheck  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +29,24 @@ def built_book():
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"make book failed:\n{log[-8000:]}"
     return HTML
+
+
+@pytest.fixture(scope="session")
+def clone_build(tmp_path_factory):
+    """A second clean build of the same files, in another folder (another clone).
+
+    `make book` there from nothing: every chapter executed afresh, into its own
+    cache. tests/test_reproducible.py compares its pages with the main build's;
+    tests/test_notebooks.py checks its executed chapters.
+    """
+    clone = tmp_path_factory.mktemp("clone")
+    nbcheck.clone_copy(clone)
+    result = subprocess.run(
+        ["make", "--no-print-directory", "book"], cwd=clone, capture_output=True, text=True
+    )
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"make book failed in {clone}:\n{log[-6000:]}"
+    return clone
 
 
 def pytest_sessionfinish(session, exitstatus):

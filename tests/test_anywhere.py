@@ -3,8 +3,8 @@
 The download test does what a reader does: in Chromium, open the chapter's page,
 click the download button, save the .ipynb into an empty folder outside the
 repository, and run it top to bottom in a virtual environment that has the
-book's pins but not ``gradstop``. The chapter's first cell must install the
-package (from this checkout: ``GRADSTOP_SOURCE``), and the chapter must then
+book's pins but not ``gradstop``. The first chapter's setup cell must install
+the package (from this checkout: ``GRADSTOP_SOURCE``), and every chapter must
 raise only its declared errors.
 """
 
@@ -203,7 +203,14 @@ def reader_python():
         pip += ["-r", str(ROOT / "requirements.txt")]
         subprocess.run(pip, check=True, capture_output=True)
         marker.write_text(digest(ROOT / "requirements.txt"))
+    uninstall_gradstop(python)
     return python
+
+
+def uninstall_gradstop(python: Path) -> None:
+    command = [str(python), "-m", "pip", "uninstall", "-q", "-y", "gradstop"]
+    subprocess.run(command, capture_output=True)
+    assert not has_gradstop(python)
 
 
 def has_gradstop(python: Path) -> bool:
@@ -258,13 +265,11 @@ def run_in_reader_env(python: Path, notebook: Path, tmp_path: Path, source: str 
 def test_downloaded_chapter_runs_outside_the_repository(
     browser, site, reader_python, tmp_path_factory, path
 ):
+    # The venv starts without gradstop: the first chapter run installs it with its
+    # setup cell, the same cell in every chapter (checked above), and the chapters
+    # after it reuse that install, as in a reader's own Jupyter.
     folder = tmp_path_factory.mktemp("reader")
     assert ROOT not in folder.parents
-    subprocess.run(
-        [str(reader_python), "-m", "pip", "uninstall", "-q", "-y", "gradstop"],
-        capture_output=True,
-    )
-    assert not has_gradstop(reader_python)
     saved = download(browser, site, doc_of(path), folder)
     assert json.loads(saved.read_text("utf-8"))["cells"]
     nb = run_in_reader_env(reader_python, saved, tmp_path_factory.mktemp("run"))
@@ -276,10 +281,7 @@ def test_downloaded_chapter_runs_outside_the_repository(
 
 
 def test_failed_install_stops_with_one_sentence(reader_python, tmp_path):
-    subprocess.run(
-        [str(reader_python), "-m", "pip", "uninstall", "-q", "-y", "gradstop"],
-        capture_output=True,
-    )
+    uninstall_gradstop(reader_python)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(setup_cell.source())])
     nb.metadata["kernelspec"] = {
         "name": "python3",

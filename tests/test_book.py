@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 import torch
+from alt_text import alt_problem
 
 import nbcheck
 
@@ -17,18 +18,42 @@ def test_every_toc_page_is_built(built_book):
     assert missing == []
 
 
+def test_every_toc_file_exists():
+    # A toc entry without a source file would be a page the reader cannot reach.
+    missing = [
+        doc
+        for doc in nbcheck.toc_files()
+        if not any((ROOT / f"{doc}{suffix}").exists() for suffix in (".md", ".ipynb"))
+    ]
+    assert missing == [], "_toc.yml names files that do not exist"
+
+
+def test_every_chapter_is_in_the_toc():
+    # Only files in _toc.yml are built, so a chapter missing from it would silently
+    # vanish from the book (the notebook tests still run it, see nbcheck.chapters).
+    listed = set(nbcheck.toc_files())
+    left_out = [
+        str(path.relative_to(ROOT))
+        for path in [*nbcheck.chapter_notebooks(), *sorted((ROOT / "book").glob("*.*"))]
+        if path.suffix in (".ipynb", ".md")
+        and str(path.relative_to(ROOT).with_suffix("")) not in listed
+    ]
+    assert left_out == [], "pages of the book that _toc.yml does not list"
+
+
 def test_every_image_exists_and_has_alt_text(built_book):
     problems, seen = [], 0
     for doc in nbcheck.toc_files():
         for img in nbcheck.built_page(built_book, doc).find_all("img"):
             seen += 1
-            src, alt = img.get("src", ""), (img.get("alt") or "").strip()
-            if not alt:
-                problems.append(f"{doc}: image {src[:60]!r} has no alt text")
+            src = img.get("src", "")
+            bad_alt = alt_problem(src, img.get("alt"))
+            if bad_alt:
+                problems.append(f"{doc}: image {src[:60]!r} {bad_alt}")
             if not src.startswith("data:") and not (built_book / doc).parent.joinpath(src).exists():
                 problems.append(f"{doc}: image {src!r} does not exist")
     assert seen > 0, "no images found at all: the graph pictures are missing"
-    assert problems == []
+    assert problems == [], "\n".join(problems)
 
 
 def test_chapter_one_shows_a_torchviz_graph(built_book):
@@ -61,6 +86,15 @@ def test_declared_failures_show_their_traceback(built_book):
         assert len(shown) == declared, path.name
 
 
+def test_no_page_shows_a_local_path(built_book):
+    # A full traceback names files of the machine that built the book; %xmode Minimal
+    # keeps a declared failure down to its message.
+    for doc in nbcheck.toc_files():
+        text = nbcheck.built_page(built_book, doc).select_one("article").get_text()
+        for path in (str(ROOT), "site-packages"):
+            assert path not in text, f"{doc} shows a path of the build machine: {path}"
+
+
 def test_intro_states_the_torch_it_was_built_with(built_book):
     text = nbcheck.built_page(built_book, "book/intro").get_text(" ")
     version = torch.__version__.split("+")[0]
@@ -83,7 +117,10 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
             "scripts",
         ],
     )
+    # Everything _config.yml names, so that the chapter's error is the build's only problem.
     shutil.copytree(ROOT / "book" / "_ext", tmp_path / "book" / "_ext")
+    shutil.copytree(ROOT / "book" / "_static", tmp_path / "book" / "_static")
+    shutil.copy(ROOT / "book" / "references.bib", tmp_path / "book" / "references.bib")
     (tmp_path / "book" / "intro.md").write_text("# Intro\n", encoding="utf-8")
     (tmp_path / "_toc.yml").write_text(
         "format: jb-book\nroot: book/intro\nchapters:\n  - file: notebooks/broken\n",
@@ -92,6 +129,7 @@ def test_unexpected_error_fails_the_build_naming_notebook_and_cell(tmp_path):
     (tmp_path / "notebooks").mkdir()
     nb = nbcheck.nbformat.v4.new_notebook(
         cells=[
+            nbcheck.nbformat.v4.new_markdown_cell("# Broken"),
             nbcheck.nbformat.v4.new_code_cell("x = 1"),
             nbcheck.nbformat.v4.new_code_cell("raise ZeroDivisionError('boom in the second cell')"),
         ],

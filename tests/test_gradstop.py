@@ -550,6 +550,20 @@ def test_colours_come_from_the_palette_and_assertions_use_names():
     assert problems == []
 
 
+def test_the_package_pins_what_the_book_pins():
+    # A downloaded chapter installs the package's own pins; they must be the book's.
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text("utf-8"))["project"]
+    pinned = dict(d.split("==") for d in project["dependencies"] if "==" in d)
+    book = dict(
+        line.split("==")
+        for line in (ROOT / "requirements.txt").read_text("utf-8").splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert pinned and all(book[name] == version for name, version in pinned.items())
+
+
 def test_the_rules_catch_a_deliberate_break(tmp_path):
     package = tmp_path / "gradstop"
     shutil.copytree(PACKAGE, package)
@@ -566,3 +580,29 @@ def test_the_rules_catch_a_deliberate_break(tmp_path):
     problems = notebook_problems(broken)
     assert len(problems) == 2
     assert "hex colour" in problems[0] and "display label" in problems[1]
+
+
+def _svg_graph(svg: str) -> tuple[dict[str, str], set[tuple[str, str]]]:
+    """Node title -> its text, and the edges (from, to), of a Graphviz SVG."""
+    items = re.findall(r'class="(node|edge)">\s*<title>(.*?)</title>(.*?)</g>', svg, re.S)
+    text = {t: " ".join(re.findall(r"<text[^>]*>(.*?)</text>", body)) for k, t, body in items}
+    nodes = {t: text[t] for k, t, _ in items if k == "node"}
+    edges = {tuple(t.split("&#45;&gt;")) for k, t, _ in items if k == "edge"}
+    return nodes, edges
+
+
+def test_hook_notes_are_joined_to_the_hooked_tensors():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    y = x.pow(2)
+    y.register_hook(lambda grad: None)
+    x.register_post_accumulate_grad_hook(lambda t: None)
+    svg = gp.backward_graph((x + y).sum(), alt="graph", names={"x": x, "y": y}).svg
+    nodes, edges = _svg_graph(svg)
+
+    def node(starting):
+        (name,) = [n for n, text in nodes.items() if text.startswith(starting)]
+        return name
+
+    # y's note beside y's backward node, x's note on the leaf x itself
+    assert (node("on y:"), node("PowBackward0")) in edges
+    assert (node("on x:"), node("x ")) in edges

@@ -9,7 +9,7 @@ import nbcheck
 import setup_cell
 
 TEMPLATE = nbcheck.ROOT / "notebooks" / "_chapter-template.ipynb"
-CHAPTERS = [p for p in nbcheck.toc_notebooks() if p.parent.name == "notebooks"]
+CHAPTERS = [p for p in nbcheck.notebooks_to_run() if p.parent.name == "notebooks"]
 IN_ORDER = ["## Overview", "## Exercises", "## Summary", "## Further reading"]
 
 

@@ -3,6 +3,9 @@
 - MyST substitutions ``{{ torch_version }}``, ``{{ torch_build }}``,
   ``{{ python_version }}`` and ``{{ build_date }}``, so that no version number is
   typed into the prose;
+- ``{{ verified_with }}``: every torch version the chapters were verified with,
+  this build's own and each one whose ``make matrix`` run matched it, read from
+  the matrix's last result (``book/torch-matrix.json``, see scripts/matrix.py);
 - on every executed page (the chapters), a line under the title saying which torch
   ran its code and when: the date of the execution itself, as recorded by MyST-NB
   (a chapter served from the execution cache keeps the date it really ran);
@@ -12,10 +15,17 @@
 """
 
 import datetime
+import html
+import json
 import platform
+from pathlib import Path
 
 import torch
-from docutils import nodes
+
+from book_inputs import execution_inputs
+
+# Written by `make matrix` (scripts/matrix.py), relative to the book's folder.
+MATRIX_RESULT = Path("book") / "torch-matrix.json"
 
 
 def stamp_values():
@@ -28,9 +38,47 @@ def stamp_values():
     }
 
 
+def verified_with(root: Path, result_file: Path | None = None) -> str:
+    """The "verified with" sentence: this build's torch, and every matching matrix run."""
+    result_file = result_file or Path(root) / MATRIX_RESULT
+    ours = f"torch {stamp_values()['torch_version']} (this build)"
+    if not result_file.is_file():
+        return f"{ours}; no `make matrix` run is recorded."
+    result = json.loads(result_file.read_text("utf-8"))
+    now = execution_inputs(root)
+    matched, other = [ours], []
+    for run in result["runs"]:
+        version = run["torch"].split("+")[0]
+        if run["matched"]:
+            changed = [
+                Path(name).stem
+                for name in sorted(set(now["notebooks"]) | set(run["chapters"]))
+                if now["notebooks"].get(name) != run["chapters"].get(name, {}).get("hash")
+            ]
+            since = []
+            if changed:
+                since.append(f"chapters changed since: {', '.join(changed)}")
+            if result.get("helpers") != now["helpers"]:
+                since.append("the helper code changed since")
+            note = f"; {'; '.join(since)}" if since else ""
+            matched.append(
+                f"torch {version} (`make matrix` of {result['date']}: every output the same{note})"
+            )
+        else:
+            cells = sum(len(c["differences"]) for c in run["chapters"].values())
+            other.append(
+                f" torch {version} gave different outputs in {cells} cells"
+                f"{' and could not run everything' if run['failed'] else ''}"
+                f" (`make matrix` of {result['date']})."
+            )
+    listed = ", ".join(matched[:-1]) + " and " + matched[-1] if len(matched) > 1 else ours
+    return f"{listed}.{''.join(other)}"
+
+
 def _add_substitutions(app, config):
     # Values already set in _config.yml win, so a publisher can override them.
-    config.myst_substitutions = {**stamp_values(), **(config.myst_substitutions or {})}
+    values = {**stamp_values(), "verified_with": verified_with(Path(app.srcdir))}
+    config.myst_substitutions = {**values, **(config.myst_substitutions or {})}
 
 
 def _execution_record(env, docname):
@@ -42,9 +90,14 @@ def _execution_record(env, docname):
         return None
 
 
-def _stamp_executed_pages(app, doctree, docname):
-    record = _execution_record(app.env, docname)
-    if not record or not record.get("succeeded"):
+def _stamp_executed_pages(app, pagename, templatename, context, doctree):
+    # Written into the page's HTML after Sphinx has indexed it for search: the date
+    # is the one thing allowed to differ between two builds of the same commit
+    # (across days), and this way it differs in this paragraph only, not also in
+    # searchindex.js.
+    record = _execution_record(app.env, pagename)
+    body = context.get("body", "")
+    if not record or not record.get("succeeded") or "</h1>" not in body:
         return
     ran_on = datetime.datetime.fromtimestamp(record["mtime"], datetime.timezone.utc).date()
     values = stamp_values()
@@ -52,10 +105,8 @@ def _stamp_executed_pages(app, doctree, docname):
         f"Verified: the code on this page ran with torch {values['torch_version']} "
         f"(Python {values['python_version']}) on {ran_on.isoformat()}."
     )
-    stamp = nodes.paragraph(text, text, classes=["verified-stamp"])
-    section = next(iter(doctree.findall(nodes.section)), None)
-    if section is not None and section.children and isinstance(section[0], nodes.title):
-        section.insert(1, stamp)
+    stamp = f'\n<p class="verified-stamp">{html.escape(text)}</p>'
+    context["body"] = body.replace("</h1>", "</h1>" + stamp, 1)
 
 
 def _drop_duplicate_scripts(app, pagename, templatename, context, doctree):
@@ -86,7 +137,7 @@ def _bibliography_roles(app, pagename, templatename, context, doctree):
 
 def setup(app):
     app.connect("config-inited", _add_substitutions)
-    app.connect("doctree-resolved", _stamp_executed_pages)
+    app.connect("html-page-context", _stamp_executed_pages)
     app.connect("html-page-context", _drop_duplicate_scripts)
     app.connect("html-page-context", _bibliography_roles)
     return {"parallel_read_safe": True, "parallel_write_safe": True, "version": "2"}

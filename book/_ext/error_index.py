@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from docutils import nodes
 from docutils.parsers.rst import Directive
+from sphinx import addnodes
 from sphinx.errors import ExtensionError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -108,6 +109,7 @@ class ErrorIndex(Directive):
                 item += nodes.term(text=label.capitalize())
                 item += nodes.definition("", nodes.paragraph(text=entry["text"][label]))
                 items += item
+            items += self._proofs(entry["text"].get("proof", []), env)
             shown = nodes.definition_list_item()
             shown += nodes.term(text="Shown in")
             links = nodes.paragraph()
@@ -127,6 +129,28 @@ class ErrorIndex(Directive):
             section += items
             result.append(section)
         return result
+
+    @staticmethod
+    def _proofs(labels, env):
+        """A "Proved in" item: a cross-reference to each labelled section that proves it."""
+        item = nodes.definition_list_item()
+        item += nodes.term(text="Proved in")
+        links = nodes.paragraph()
+        for i, label in enumerate(labels):
+            if i:
+                links += nodes.Text("; ")
+            links += addnodes.pending_xref(
+                "",
+                nodes.inline(text=label),
+                refdomain="std",
+                reftype="ref",
+                reftarget=label,
+                refexplicit=False,
+                refwarn=True,
+                refdoc=env.docname,
+            )
+        item += nodes.definition("", links)
+        return [item] if labels else []
 
 
 def setup(app):
