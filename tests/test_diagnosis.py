@@ -184,7 +184,7 @@ CAUSE_WORDS = {
     Reason.NO_REQUIRES_GRAD: "requires_grad=True",
     Reason.SWITCHED_OFF: "requires_grad_(False)",
     Reason.LATE_REQUIRES_GRAD: "before computing loss",
-    Reason.DETACHED: "cut at detach(), where h became an unnamed result",
+    Reason.DETACHED: "cut at detach(), applied to h,",
     Reason.DATA: "cut at .data",
     Reason.NO_GRAD: "cut at mul(), where w became h, which ran with gradient recording off",
     Reason.COPIED: "cut at torch.tensor()",
@@ -526,5 +526,118 @@ def test_sentences_name_a_parameter_after_the_callers_module():
     encoder = nn.Linear(3, 2)
     loss = encoder(X).sum()
     found = gp.why_no_grad(loss, encoder.weight)
-    assert "reach encoder.weight" in found.sentence
-    assert "from loss" in found.sentence
+    assert "reaches encoder.weight" in found.sentence
+    assert "the graph of loss" in found.sentence
+
+
+def test_a_parameter_inside_a_sequential_is_named_as_python_reaches_it():
+    model = nn.Sequential(nn.Linear(3, 2), nn.ReLU(), nn.ModuleDict({"a-b": nn.Linear(2, 1)}))
+    loss = model[2]["a-b"](model[0](X)).sum()
+    assert "reaches model[0].weight" in gp.why_no_grad(loss, model[0].weight).sentence
+    named = gp.why_no_grad(loss, model[2]["a-b"].bias).sentence
+    assert "reaches model[2]['a-b'].bias" in named
+
+
+def test_switched_off_names_both_places_a_freeze_belongs():
+    loss, w, rec = switched_off()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert "after backward()" in found.sentence
+    assert "before the forward pass" in found.sentence
+
+
+def test_a_non_leaf_made_from_a_leaf_in_one_step_points_at_that_leaf():
+    w = torch.zeros(2, 3, requires_grad=True).to(torch.float64)
+    loss = (w * 2).sum()
+    found = gp.why_no_grad(loss, w)
+    assert found.reason is Reason.NON_LEAF
+    assert "from a torch.float32 leaf of shape (2, 3), whose .grad" in found.sentence
+    deeper = w * 2  # made from a non-leaf: nothing to point at
+    assert "computed in one operation" not in gp.why_no_grad(deeper.sum(), deeper).sentence
+
+
+# Cases a fresh reader found (review of issue 15): each once misled the tool.
+
+
+def test_a_float_operation_without_a_derivative_is_not_called_a_copy():
+    w, b = leaf(), bias()
+    with gp.record() as rec:
+        counts = torch.histc(w * X, bins=4)
+        loss = (counts.sum() * b).sum()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_DIFFERENTIABLE
+    assert "cut at histc()" in found.sentence and "no derivative" in found.sentence
+    assert "copies" not in found.sentence
+
+
+def test_detach_by_any_name_is_detached_and_an_in_place_one_is_worded_plainly():
+    w, b = leaf(), bias()
+    with gp.record() as rec:
+        u = torch.ops.aten.detach.default(w * X)
+        loss = (u.sum() * b).sum()
+    assert gp.why_no_grad(loss, w, recording=rec).reason is Reason.DETACHED
+    with gp.record() as rec:
+        h = w * X
+        h.detach_()
+        loss = (h.sum() * b).sum()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.DETACHED and "h became h" not in found.sentence
+
+
+def test_a_module_backward_hook_is_seen_without_a_recording():
+    layer, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    layer.register_full_backward_pre_hook(lambda module, out: (torch.zeros_like(out[0]),))
+    loss = head(layer(X)).sum()
+    loss.backward()
+    assert torch.count_nonzero(layer.weight.grad) == 0
+    found = gp.why_no_grad(loss, layer.weight)
+    assert found.reason is Reason.HOOKED and "module's backward hook" in found.sentence
+    assert gp.why_no_grad(loss, head.weight).reason is Reason.OK  # after the hook's node
+
+
+def test_a_custom_function_makes_an_unreached_tensor_undecided_not_unreached():
+    layer, inputs = nn.Linear(3, 1), torch.randn(2, 3, requires_grad=True)
+    loss = torch.utils.checkpoint.checkpoint(layer, inputs, use_reentrant=True).sum()
+    found = gp.why_no_grad(loss, layer.weight)
+    assert found.reason is Reason.UNDECIDED and "CheckpointFunctionBackward" in found.sentence
+    assert "does not reach" not in found.sentence
+    loss.backward()
+    assert layer.weight.grad is not None  # it did reach it: "does not reach" would be false
+
+
+def test_a_custom_function_returning_none_is_named_when_grad_stays_none():
+    class Dropped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t * 2
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None
+
+    w = leaf()
+    loss = Dropped.apply(w).sum()
+    loss.backward()
+    found = gp.why_no_grad(loss, w)
+    assert w.grad is None and found.reason is Reason.NOT_YET
+    assert "DroppedBackward" in found.sentence and "returned None" in found.sentence
+
+
+def test_a_value_that_left_through_item_names_both_readings():
+    w, b = leaf(), bias()
+    logged = {}
+    with gp.record() as rec:
+        term = (w * X).sum()
+        logged["term"] = term.item()  # logged, never added
+        loss = (X * b).sum()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.LEFT_TORCH
+    assert "only logged" in found.sentence and "add it to loss" in found.sentence
+
+
+def test_all_zero_gradients_name_a_flat_step_as_well_as_hooks():
+    d = torch.tensor(0.5, requires_grad=True)
+    loss = (X - d).round().sum()
+    loss.backward()
+    assert d.grad.item() == 0.0
+    found = gp.why_no_grad(loss, d)
+    assert found.reason is Reason.OK and "round()" in found.sentence

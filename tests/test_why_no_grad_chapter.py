@@ -86,3 +86,33 @@ def test_the_check_catches_a_row_whose_section_asserts_another_code(tmp_path):
     sections = code_by_section(broken)
     row = next(r for r in symptom_rows(broken) if r[0] == ["NOT_FLOAT"])
     assert not asserted(sections[row[1][0]], "NOT_FLOAT")
+
+
+ERRORS_PAGE = nbcheck.ROOT / "book" / "errors.md"
+
+
+def warnings_torch_gives() -> list[str]:
+    """The three warnings the chapter meets, as today's PyTorch words them."""
+    import warnings
+
+    import torch
+
+    w = torch.randn(3, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.tensor(w)
+        float(w.sum())
+        (w * 2).grad  # noqa: B018
+    return [str(c.message) for c in caught]
+
+
+def test_each_warning_in_the_error_index_is_one_torch_gives_and_links_to_chapter_7():
+    rows = [line for line in ERRORS_PAGE.read_text("utf-8").splitlines() if line.startswith("| `")]
+    assert len(rows) == 3
+    given = warnings_torch_gives()
+    code = code_by_section(CHAPTER)
+    for row in rows:
+        start = row.split("`")[1]
+        assert any(message.startswith(start) for message in given), start
+        labels = claims.refs_in(row)
+        assert labels and all(label in code for label in labels), row

@@ -34,7 +34,7 @@ import torch
 
 from . import palette
 from .forward import Recording, _Call
-from .graph import backward_edges, gradient_targets, hooks_on
+from .graph import backward_edges, backward_nodes, gradient_targets, hooks_on
 from .pictures import Picture, check_alt, svg
 
 
@@ -74,7 +74,7 @@ class Cut:
     """An operation that made a tensor off the graph from one on it."""
 
     op: str  # as written: "detach()", ".data", "torch.tensor()", "linear()"
-    kind: str  # "detach", "data", "no_grad", "copy", "integer result"
+    kind: str  # "detach", "data", "no_grad", "copy", "integer result", "no derivative"
     source: str  # the name of its input ("" when the code gave it none)
     result: str  # the name of its output
     dtype: str  # its output's dtype, "torch.bool"
@@ -103,10 +103,14 @@ class Facts:
     is_leaf: bool
     retains_grad: bool
     grad_fn: str
+    leaves_behind: tuple[str, ...]  # its inputs, if all are leaves, described
     reached: bool  # backward() from the output reaches the tensor
     in_graph: bool  # its AccumulateGrad node sits in the output's graph
     grad: torch.Tensor | None  # .grad, read only where PyTorch keeps one
     hooks: tuple[str, ...]  # hooks on the path, "hook double on h"
+    # custom autograd Functions backward() runs (on the path if reached, else anywhere):
+    # their backward may send gradient where the graph shows no edge, or return None
+    opaque: tuple[str, ...]
     trace: Trace | None  # None without a recording
     cut: Cut | None  # the cut that made it (if it does not require grad) or cut its path
 
@@ -131,13 +135,46 @@ def facts(output, tensor, recording=None, names=("tensor", "output")) -> Facts:
         is_leaf=tensor.is_leaf,
         retains_grad=tensor.retains_grad,
         grad_fn=type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "",
+        leaves_behind=_leaves_behind(tensor),
         reached=reached,
         in_graph=in_graph,
         grad=tensor.grad if kept else None,  # a non-leaf's .grad would warn
         hooks=_hooks_on_path(output, tensor, recording, names) if reached else (),
+        opaque=_opaque(_path_nodes(output, tensor) if reached else backward_nodes(output)),
         trace=found,
         cut=cut,
     )
+
+
+def _leaves_behind(tensor) -> tuple[str, ...]:
+    """The leaves a computed tensor was made from in one operation, if only leaves.
+
+    ``torch.randn(3, requires_grad=True).to(torch.float64)``: the float32 leaf
+    that randn made is the one whose .grad backward() fills, though nothing may
+    name it any more.
+    """
+    if tensor.grad_fn is None:
+        return ()
+    inputs = [node for node, _ in tensor.grad_fn.next_functions if node is not None]
+    leaves = [getattr(node, "variable", None) for node in inputs]
+    if not leaves or any(leaf is None for leaf in leaves):
+        return ()
+    return tuple(f"a {leaf.dtype} leaf of shape {tuple(leaf.shape)}" for leaf in leaves)
+
+
+def _opaque(nodes) -> tuple[str, ...]:
+    """The custom autograd Functions among ``nodes`` (a module hook's node passes through)."""
+    custom = [
+        type(node).__name__
+        for node in nodes
+        if isinstance(node, torch.autograd.function.BackwardCFunction)
+        and type(node).__name__ != MODULE_HOOK_NODE
+    ]
+    return tuple(sorted(set(custom)))
+
+
+# The node a module's backward hook (register_full_backward_hook) puts into the graph.
+MODULE_HOOK_NODE = "BackwardHookFunctionBackward"
 
 
 def _path_nodes(output, tensor) -> set:
@@ -177,6 +214,8 @@ def _hooks_on_path(output, tensor, recording, names) -> tuple[str, ...]:
     for t, name in seen:
         if t is tensor or t.grad_fn in path:
             found += [f"{hook} on {name}" for hook in hooks_on(t)]
+    if any(type(node).__name__ == MODULE_HOOK_NODE for node in path):
+        found.append("a module's backward hook (register_full_backward_hook or its pre-hook)")
     return tuple(dict.fromkeys(found))
 
 
@@ -223,18 +262,26 @@ def _cut(recording: Recording, call, near: set[int]) -> Cut | None:
     if not made or not taken:
         return None
     out, mode = made[0], "inference_mode()" if call.inference else "no_grad()"
-    if call.name in ("detach", "detach_", "data"):
-        kind = "data" if call.name == "data" else "detach"
+    if call.name == "data":
+        kind = "data"
+    elif call.name.split(".")[0] in ("detach", "detach_"):  # also aten's "detach.default"
+        kind = "detach"
     elif not call.grad_enabled:
         kind = "no_grad"
     elif not (out.tensor.is_floating_point() or out.tensor.is_complex()):
         kind = "integer result"
-    else:
+    elif call.name in COPY_OPS:
         kind = "copy"
+    else:  # a float result without a graph: an operation PyTorch does not differentiate
+        kind = "no derivative"
     source = _recorded_name(recording, taken[0].tensor)
     result = _recorded_name(recording, out.tensor)
     mode = mode if kind == "no_grad" else ""
     return Cut(_op_text(call.name), kind, source, result, str(out.tensor.dtype), mode)
+
+
+# Operations that build a new tensor from another's values, without its graph.
+COPY_OPS = frozenset({"tensor", "new_tensor", "new leaf"})
 
 
 def _op_text(name: str) -> str:
@@ -343,6 +390,7 @@ CUT_REASONS = {
     "no_grad": Reason.NO_GRAD,
     "copy": Reason.COPIED,
     "integer result": Reason.NOT_DIFFERENTIABLE,
+    "no derivative": Reason.NOT_DIFFERENTIABLE,
 }
 
 
@@ -385,7 +433,13 @@ RULES: tuple[Question, ...] = (
         "reached",
         "backward() from output reaches it?",
         lambda f: _yes(f.reached),
-        {"yes": "keeps", "no": "recorded"},
+        {"yes": "keeps", "no": "opaque"},
+    ),
+    Question(
+        "opaque",
+        "a custom autograd Function in output's graph?",
+        lambda f: _yes(bool(f.opaque)),
+        {"yes": Reason.UNDECIDED, "no": "recorded"},
     ),
     Question(
         "keeps",
@@ -458,16 +512,15 @@ def decide(f: Facts) -> tuple[Reason, tuple[str, ...]]:
 SENTENCES = {
     Reason.OK: "backward() from {output} reaches {tensor}, and {tensor}.grad holds its "
     "gradient{zeros}.",
-    Reason.NOT_YET: "backward() from {output} will reach {tensor}, but {tensor}.grad is None "
+    Reason.NOT_YET: "the graph of {output} reaches {tensor}, but {tensor}.grad is None "
     "because no backward() has filled it since it was made or reset (optimizer.zero_grad() "
-    "sets None): read it after {output}.backward() and before zero_grad().",
+    "sets None){not_yet}: read it after a backward() through this path and before the next "
+    "zero_grad().",
     Reason.HOOKED: "backward() from {output} reaches {tensor} through {hooks}, and what a hook "
     "returns replaces the gradient: if {tensor}.grad is wrong (zeros), fix what the hook "
     "returns or remove it with its handle.",
-    Reason.NON_LEAF: "{tensor} is not a leaf (grad_fn={grad_fn}), so backward() passes its "
-    "gradient on without keeping it: call {tensor}.retain_grad() before backward() to read "
-    "it, or, if {tensor} is meant to be trained, create it as a leaf (do the operation "
-    "first, then requires_grad_()).",
+    Reason.NON_LEAF: "{tensor} is not a leaf (grad_fn={grad_fn}{behind}), so backward() "
+    "passes its gradient on without keeping it: {non_leaf_fix}.",
     Reason.NOT_FLOAT: "{tensor} has dtype {dtype}, and only floating-point and complex "
     "tensors can have gradients: make it a float tensor (.float()) before it is used.",
     Reason.NO_REQUIRES_GRAD: "{tensor} does not require grad, so autograd computes no "
@@ -476,7 +529,8 @@ SENTENCES = {
     "to see what made it).",
     Reason.SWITCHED_OFF: "{tensor} required grad when {output} was computed, but was "
     "switched off afterwards (detach_() or requires_grad_(False)), and backward() then "
-    "skips it without a word: freeze it before the forward pass, or not at all.",
+    "skips it without a word: to train it on this step and freeze it from the next, "
+    "switch it off after backward(); to freeze it now, before the forward pass.",
     Reason.LATE_REQUIRES_GRAD: "{tensor} did not require grad when the forward pass used "
     "it, and switching it on afterwards does not change what was recorded: set "
     "requires_grad=True before computing {output}.",
@@ -486,16 +540,19 @@ SENTENCES = {
     "in-place changes from autograd): use the tensor itself, or detach() where you mean "
     "to stop the gradient.",
     Reason.NO_GRAD: "{cut}, which ran with gradient recording off ({mode}): compute it "
-    "outside that region (a forward decorated with @torch.no_grad() cannot train).",
+    "outside that region (a function or forward decorated with @torch.no_grad() cannot "
+    "train what it computes).",
     Reason.COPIED: "{cut}, which copies the values into a new tensor with no graph: use the "
     "tensor itself where the gradient should flow (torch.stack or torch.cat to combine "
     "tensors, not torch.tensor; no nn.Parameter around a computed value).",
-    Reason.NOT_DIFFERENTIABLE: "{cut}, which returns a {cut_dtype} tensor, and integer and "
-    "boolean results carry no gradient: use a differentiable stand-in (a sigmoid instead "
-    "of a comparison, softmax instead of argmax).",
+    Reason.NOT_DIFFERENTIABLE: "{cut}, {flat}: use a differentiable stand-in (a sigmoid "
+    "instead of a comparison, softmax instead of argmax, interpolation between neighbours "
+    "instead of an index rounded from a float).",
     Reason.LEFT_TORCH: "no recorded operation carries {tensor} to {output}: its values left "
-    "PyTorch through {exits}, and a Python number or NumPy array carries no graph: keep "
-    "that computation in torch operations.",
+    "PyTorch through {exits}, and a Python number or NumPy array carries no graph. If that "
+    "value was used to compute {output}, keep that computation in torch operations; if it "
+    "was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
+    "computed and never added): add it to {output}.",
     Reason.UNUSED: "no recorded operation used {tensor}, so, if the recording covers the "
     "whole forward pass, {output} does not depend on it (a layer never called, a branch not "
     "taken, a copy of the model used instead): compute {output} from it, or leave it out of "
@@ -503,28 +560,43 @@ SENTENCES = {
     Reason.NOT_ON_PATH: "{tensor} was used, but nothing computed from it reaches {output} "
     "(a loss term computed and never added, a result left unused): add it to {output}, or "
     "stop computing it.",
-    Reason.UNDECIDED: "{tensor} requires grad but backward() from {output} does not reach "
-    "it, and {undecided}",
+    Reason.UNDECIDED: "{tensor} requires grad, and {undecided}",
 }
 
 _UNRECORDED = (
-    "the graph alone cannot say why (not used, or cut by detach(), .data, no_grad() or a "
-    "copy): run the forward pass inside `with gradstop.record() as rec:` and ask again "
-    "with recording=rec."
+    "backward() from {output} does not reach it; the graph alone cannot say why (not "
+    "used, or cut by detach(), .data, no_grad() or a copy): run the forward pass inside "
+    "`with gradstop.record() as rec:` and ask again with recording=rec."
 )
-_ZEROS_SEEN = " (all zeros, and no hook on the path: look at the derivative itself)"
+
+_ZEROS_SEEN = (
+    " (all zeros, and no tensor or module hook seen on the path: look at the derivative "
+    "itself, such as a flat step like round() or a ReLU that is off for every input)"
+)
+
 _ZEROS_UNSEEN = (
-    " (all zeros: a hook on an intermediate result could do that, and those are seen "
-    "only with recording=rec)"
+    " (all zeros: a flat step on the path, such as round() or a ReLU that is off for "
+    "every input, or a hook on an intermediate result could do that; those hooks are "
+    "seen only with recording=rec)"
 )
+
+_OPAQUE = (
+    "the graph of {output} shows no path to it, but backward() also runs {opaque}, a "
+    "custom autograd Function whose backward the graph cannot see into (reentrant "
+    "checkpointing is one): it may reach {tensor} from there, or not; look at "
+    "{tensor}.grad after backward()."
+)
+
 _UNSEEN = (
-    "something the recording did not see changed a tensor between them (an in-place "
-    "change with torch functions disabled, a custom autograd Function), so the recording "
-    "cannot say what cut the path."
+    "backward() from {output} does not reach it; something the recording did not see "
+    "changed a tensor between them (an in-place change with torch functions disabled, a "
+    "custom autograd Function), so the recording cannot say what cut the path."
 )
+
 _UNEXPLAINED = (
-    "the recording shows a path to {output} with no cut: this tool cannot tell why, so "
-    "look at the operations between them with gradstop.forward_view(rec, {output})."
+    "backward() from {output} does not reach it; the recording shows a path to {output} "
+    "with no cut: this tool cannot tell why, so look at the operations between them "
+    "with gradstop.forward_view(rec, {output})."
 )
 
 
@@ -540,15 +612,56 @@ def sentence(reason: Reason, f: Facts) -> str:
         "hooks": ", ".join(f.hooks),
         "exits": " then ".join(trace.exits) if trace else "",
         "cut": _cut_text(cut, f) if cut else "",
-        "cut_dtype": cut.dtype if cut else "",
+        "flat": _flat_text(cut) if cut else "",
         "mode": cut.mode if cut else "",
         "zeros": (_ZEROS_SEEN if trace else _ZEROS_UNSEEN) if zeros else "",
-        "undecided": _undecided(trace).format(output=f.output),
+        "not_yet": _not_yet_text(f),
+        "behind": _behind_text(f.leaves_behind),
+        "non_leaf_fix": _non_leaf_fix(f),
     }
+    fields["undecided"] = _undecided(f).format(**fields, opaque=" and ".join(f.opaque))
     return SENTENCES[reason].format(**fields)
 
 
-def _undecided(trace: Trace | None) -> str:
+def _behind_text(leaves: tuple[str, ...]) -> str:
+    if not leaves:
+        return ""
+    return f"; computed in one operation from {' and '.join(leaves)}, whose .grad backward() fills"
+
+
+def _flat_text(cut: Cut) -> str:
+    if cut.kind == "integer result":
+        return (
+            f"which returns a {cut.dtype} tensor, and integer and boolean results carry no gradient"
+        )
+    return "an operation PyTorch has no derivative for, so its result carries no graph"
+
+
+def _not_yet_text(f: Facts) -> str:
+    parts = []
+    if f.hooks:
+        parts.append(f"; backward() will run {', '.join(f.hooks)} on the way")
+    if f.opaque:
+        parts.append(
+            f"; if backward() has already run, {' and '.join(f.opaque)} on the path (a custom "
+            "autograd Function) may have returned None for it"
+        )
+    return "".join(parts)
+
+
+def _non_leaf_fix(f: Facts) -> str:
+    read = f"to read its gradient, call {f.tensor}.retain_grad() before backward()"
+    train = (
+        f"if {f.tensor} is meant to be trained, create it as a leaf in its final form "
+        "(with its dtype and device, or do the operation first, then requires_grad_())"
+    )
+    return f"{train}; {read}" if f.leaves_behind else f"{read}; {train}"
+
+
+def _undecided(f: Facts) -> str:
+    trace = f.trace
+    if f.opaque:
+        return _OPAQUE
     if trace is None:
         return _UNRECORDED
     return _UNSEEN if trace.unseen else _UNEXPLAINED
@@ -559,8 +672,12 @@ def _cut_text(cut: Cut, f: Facts) -> str:
     if not f.requires_grad:
         return f"{f.tensor} was made by {cut.op} from {source}"
     where = ""
-    if cut.source or cut.result:
-        where = f", where {source} became {cut.result or 'an unnamed result'}"
+    if cut.source and cut.result and cut.source != cut.result:
+        where = f", where {cut.source} became {cut.result}"
+    elif cut.source:
+        where = f", applied to {cut.source}"
+    elif cut.result:
+        where = f", which made {cut.result}"
     return f"the path from {f.tensor} to {f.output} is cut at {cut.op}{where}"
 
 
@@ -627,8 +744,8 @@ def _check(output, tensor, recording) -> None:
         raise ValueError(
             "output has no autograd graph (requires_grad is False, grad_fn is None), so "
             "backward() on it raises 'element 0 of tensors does not require grad': nothing "
-            "it was computed from required grad at the time (no_grad(), detach(), "
-            "requires_grad set too late). Pass an output that has a graph."
+            "it was computed from required grad at the time (no_grad(), inference_mode(), "
+            "detach(), requires_grad set too late). Pass an output that has a graph."
         )
     if recording is not None and not any(s.tensor is output for s in recording.states):
         raise ValueError(
@@ -663,8 +780,20 @@ def _local_name(obj, local: dict, shared: dict) -> str | None:
         if isinstance(v, torch.nn.Module) and _is_name(k):
             for name, p in v.named_parameters(remove_duplicate=False):
                 if p is obj:
-                    return f"{k}.{name}"
+                    return k + _attribute_path(name)
     return None
+
+
+def _attribute_path(name: str) -> str:
+    """A parameter's dotted name as Python spells the access: "0.gain" -> "[0].gain".
+
+    A number indexes (nn.Sequential, nn.ModuleList), a name is an attribute,
+    anything else a key (nn.ModuleDict).
+    """
+    parts = name.split(".")
+    return "".join(
+        f"[{p}]" if p.isdigit() else f".{p}" if p.isidentifier() else f"[{p!r}]" for p in parts
+    )
 
 
 def _is_name(name: str) -> bool:
