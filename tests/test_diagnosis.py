@@ -641,3 +641,13 @@ def test_all_zero_gradients_name_a_flat_step_as_well_as_hooks():
     assert d.grad.item() == 0.0
     found = gp.why_no_grad(loss, d)
     assert found.reason is Reason.OK and "round()" in found.sentence
+
+
+def test_a_non_leaf_copy_of_a_leaf_offers_the_leaf_fix_first():
+    moved = torch.zeros(3, requires_grad=True).to(torch.float64)
+    first = gp.why_no_grad((moved * 2).sum(), moved).sentence.split(": ", 1)[1]
+    assert first.startswith("if moved is meant to be trained")
+    w = leaf()
+    h = w * X  # a computed value: reading its gradient is the likelier wish
+    second = gp.why_no_grad(h.sum(), h).sentence.split(": ", 1)[1]
+    assert second.startswith("to read its gradient, call h.retain_grad()")

@@ -104,6 +104,7 @@ class Facts:
     retains_grad: bool
     grad_fn: str
     leaves_behind: tuple[str, ...]  # its inputs, if all are leaves, described
+    copy_of_leaf: bool  # made from one input only, a leaf: .to(), .double(), a view
     reached: bool  # backward() from the output reaches the tensor
     in_graph: bool  # its AccumulateGrad node sits in the output's graph
     grad: torch.Tensor | None  # .grad, read only where PyTorch keeps one
@@ -136,6 +137,7 @@ def facts(output, tensor, recording=None, names=("tensor", "output")) -> Facts:
         retains_grad=tensor.retains_grad,
         grad_fn=type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "",
         leaves_behind=_leaves_behind(tensor),
+        copy_of_leaf=bool(_leaves_behind(tensor)) and len(tensor.grad_fn.next_functions) == 1,
         reached=reached,
         in_graph=in_graph,
         grad=tensor.grad if kept else None,  # a non-leaf's .grad would warn
@@ -571,13 +573,14 @@ _UNRECORDED = (
 
 _ZEROS_SEEN = (
     " (all zeros, and no tensor or module hook seen on the path: look at the derivative "
-    "itself, such as a flat step like round() or a ReLU that is off for every input)"
+    "itself, such as a flat step like round() or a ReLU that is off for every input, or "
+    "at a zero_grad(set_to_none=False) with no backward() since)"
 )
 
 _ZEROS_UNSEEN = (
     " (all zeros: a flat step on the path, such as round() or a ReLU that is off for "
-    "every input, or a hook on an intermediate result could do that; those hooks are "
-    "seen only with recording=rec)"
+    "every input, a zero_grad(set_to_none=False) with no backward() since, or a hook on "
+    "an intermediate result could do that; those hooks are seen only with recording=rec)"
 )
 
 _OPAQUE = (
@@ -634,7 +637,7 @@ def _flat_text(cut: Cut) -> str:
         return (
             f"which returns a {cut.dtype} tensor, and integer and boolean results carry no gradient"
         )
-    return "an operation PyTorch has no derivative for, so its result carries no graph"
+    return f"and PyTorch has no derivative for {cut.op}, so its result carries no graph"
 
 
 def _not_yet_text(f: Facts) -> str:
@@ -655,7 +658,8 @@ def _non_leaf_fix(f: Facts) -> str:
         f"if {f.tensor} is meant to be trained, create it as a leaf in its final form "
         "(with its dtype and device, or do the operation first, then requires_grad_())"
     )
-    return f"{train}; {read}" if f.leaves_behind else f"{read}; {train}"
+    # a copy of one leaf (.to(), .cuda(), .double(), a view): most likely meant as the leaf
+    return f"{train}; {read}" if f.copy_of_leaf else f"{read}; {train}"
 
 
 def _undecided(f: Facts) -> str:
