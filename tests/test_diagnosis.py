@@ -176,7 +176,7 @@ CASES = {
 }
 # A word each sentence must contain: the cause it names.
 CAUSE_WORDS = {
-    Reason.OK: "holds its gradient",
+    Reason.OK: "holds a gradient (the sum over every backward()",
     Reason.NOT_YET: "zero_grad()",
     Reason.HOOKED: "hook <lambda> on h",
     Reason.NON_LEAF: "grad_fn=ToCopyBackward0",

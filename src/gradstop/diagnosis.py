@@ -338,20 +338,20 @@ def _new_leaves(recording: Recording) -> list[_Call]:
     for i, state in enumerate(states):
         first.setdefault(id(state.tensor), i)
     links = []
+    by_memory: dict[int, list[int]] = {}  # data_ptr -> earlier states that may be the source
     for i, state in enumerate(states):
         t = state.tensor
-        if i in made or first[id(t)] != i or t.grad_fn is not None or not state.requires_grad:
+        if t.numel() == 0:
             continue
-        earlier = [
-            j
-            for j in range(i)
-            if states[j].tensor is not t
-            and t.numel() > 0
-            and states[j].tensor.data_ptr() == t.data_ptr()
-            and not (states[j].grad_fn is None and states[j].requires_grad)
-        ]
-        if earlier:
-            links.append(_Call("new leaf", [earlier[-1]], [i]))
+        new_leaf = not (
+            i in made or first[id(t)] != i or t.grad_fn is not None or not state.requires_grad
+        )
+        if new_leaf:
+            earlier = [j for j in by_memory.get(t.data_ptr(), ()) if states[j].tensor is not t]
+            if earlier:
+                links.append(_Call("new leaf", [earlier[-1]], [i]))
+        if not (state.grad_fn is None and state.requires_grad):
+            by_memory.setdefault(t.data_ptr(), []).append(i)
     return links
 
 
@@ -512,8 +512,8 @@ def decide(f: Facts) -> tuple[Reason, tuple[str, ...]]:
 # 3. One sentence per reason: the cause and the fix.
 
 SENTENCES = {
-    Reason.OK: "backward() from {output} reaches {tensor}, and {tensor}.grad holds its "
-    "gradient{zeros}.",
+    Reason.OK: "backward() from {output} reaches {tensor}, and {tensor}.grad holds a "
+    "gradient (the sum over every backward() since it was last reset){zeros}.",
     Reason.NOT_YET: "the graph of {output} reaches {tensor}, but {tensor}.grad is None "
     "because no backward() has filled it since it was made or reset (optimizer.zero_grad() "
     "sets None){not_yet}: read it after a backward() through this path and before the next "
