@@ -358,6 +358,9 @@ def test_bad_input_is_a_clear_error():
     with pytest.raises(ValueError, match="output was not computed inside this recording"):
         gp.why_no_grad(loss, w, recording=rec)
     assert other.requires_grad
+    with pytest.raises(ValueError, match="the arguments look swapped"):
+        gp.why_no_grad(w, loss)
+    assert gp.why_no_grad(loss, w).reached  # the right order works
 
 
 def test_grad_report_bad_input():

@@ -751,6 +751,15 @@ def _check(output, tensor, recording) -> None:
             "it was computed from required grad at the time (no_grad(), inference_mode(), "
             "detach(), requires_grad set too late). Pass an output that has a graph."
         )
+    if (
+        output.grad_fn is None
+        and tensor.grad_fn is not None
+        and any(getattr(node, "variable", None) is output for node in backward_nodes(tensor))
+    ):
+        raise ValueError(
+            "output is a leaf that tensor was computed from: the arguments look swapped; "
+            "call why_no_grad(loss, w) with the tensor you call backward() on first"
+        )
     if recording is not None and not any(s.tensor is output for s in recording.states):
         raise ValueError(
             "output was not computed inside this recording: run the forward pass that "
