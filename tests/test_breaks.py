@@ -435,6 +435,13 @@ def make_probe_book(dest: Path) -> Path:
     shutil.copytree(ROOT / "book" / "_static", dest / "book" / "_static")
     for name in ("errors.md", "error-explanations.yml", "references.bib"):
         shutil.copy(ROOT / "book" / name, dest / "book" / name)
+    # The proofs are the book's chapter sections, which the probe book does not have.
+    explanations = yaml.safe_load((ROOT / "book" / "error-explanations.yml").read_text("utf-8"))
+    for entry in explanations.values():
+        entry.pop("proof", None)
+    (dest / "book" / "error-explanations.yml").write_text(
+        yaml.safe_dump(explanations, allow_unicode=True, sort_keys=False), "utf-8"
+    )
     (dest / "notebooks").mkdir()
     for helper in (ROOT / "notebooks").glob("*.py"):
         shutil.copy(helper, dest / "notebooks" / helper.name)
@@ -443,6 +450,9 @@ def make_probe_book(dest: Path) -> Path:
     (dest / "book" / "probe.png").write_bytes(png())
     nbformat.write(probe_chapter(), dest / "notebooks" / "01-probe.ipynb")
     nbformat.write(stale_chapter(), dest / "notebooks" / "02-probe-stale.ipynb")
+    # A git work tree, as a clone is: the clean-build fixture copies what git lists.
+    shutil.copy(ROOT / ".gitignore", dest / ".gitignore")
+    subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     nbformat.write(extra_chapter(), dest / "notebooks" / "07-extra.ipynb")
     toc = {"format": "jb-book", "root": "book/intro", "chapters": [{"file": f} for f in TOC]}
     (dest / "_toc.yml").write_text(yaml.safe_dump(toc, sort_keys=False), encoding="utf-8")
