@@ -606,3 +606,38 @@ def test_hook_notes_are_joined_to_the_hooked_tensors():
     # y's note beside y's backward node, x's note on the leaf x itself
     assert (node("on y:"), node("PowBackward0")) in edges
     assert (node("on x:"), node("x ")) in edges
+
+
+def test_print_table_aligns_columns_and_reads_booleans_as_yes_no(capsys):
+    gp.print_table(
+        {
+            "a leaf": {"is_leaf": True, "grad_fn": None},
+            "y": {"is_leaf": False, "grad_fn": "MulBackward0"},
+        }
+    )
+    assert capsys.readouterr().out.splitlines() == [
+        "case    is_leaf  grad_fn",
+        "a leaf  yes      None",
+        "y       no       MulBackward0",
+    ]
+
+
+def test_print_table_names_its_first_column(capsys):
+    gp.print_table({"x * 2": {"saved": 1}}, first="operation")
+    assert capsys.readouterr().out.splitlines()[0] == "operation  saved"
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        {},
+        [],
+        {"a": {"x": 1}, "b": {"y": 1}},
+        {"a": {"x": 1, "y": 2}, "b": {"y": 2, "x": 1}},
+        {"a": 3},
+    ],
+    ids=["empty", "not a dict", "other columns", "other order", "row not a dict"],
+)
+def test_print_table_rejects_rows_that_are_not_one_table(rows):
+    with pytest.raises(ValueError, match="rows must be|has columns"):
+        gp.print_table(rows)

@@ -26,6 +26,7 @@ from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
 from .forward import forward_view, record
 from .graph import backward_edges, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
+from .tables import print_table
 
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
@@ -40,6 +41,7 @@ __all__ = [
     "hooks_on",
     "palette",
     "plot_picture",
+    "print_table",
     "record",
     "side_by_side",
     "why_no_grad",
