@@ -41,7 +41,7 @@ from .pictures import Picture, check_alt, svg
 class Reason(enum.Enum):
     """Why ``tensor.grad`` is what it is; the value is a short gloss."""
 
-    OK = "reached; .grad holds its gradient"
+    OK = "reached; .grad holds a gradient"
     NOT_YET = "reached; .grad not filled yet"
     HOOKED = "reached through hooks"
     NON_LEAF = "reached, not kept: not a leaf"
@@ -57,7 +57,7 @@ class Reason(enum.Enum):
     LEFT_TORCH = "left PyTorch (item, numpy)"
     UNUSED = "not used"
     NOT_ON_PATH = "used, but not on the path"
-    UNDECIDED = "cannot tell without a recording"
+    UNDECIDED = "cannot tell from what it sees"
 
 
 # Labels in the decision tree wrap at this many characters.
@@ -978,7 +978,7 @@ def _table_label(question: Question) -> str:
 
 def describe_rules() -> str:
     """RULES in words: the figure's alt text."""
-    parts = [f"Decision tree of why_no_grad, read left to right, from '{RULES[0].text}'."]
+    parts = [f"Decision tree of why_no_grad, read top to bottom, from '{RULES[0].text}'."]
     for question in RULES:
         answers = "; ".join(
             f"{answer}: " + (step.name if isinstance(step, Reason) else f"'{QUESTIONS[step].text}'")
