@@ -16,6 +16,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import nbformat
@@ -265,23 +266,48 @@ def run_in_reader_env(python: Path, notebook: Path, tmp_path: Path, source: str 
     return nbformat.read(executed, as_version=4)
 
 
+@pytest.fixture(scope="module")
+def downloaded_runs(browser, site, reader_python, tmp_path_factory):
+    """Every chapter downloaded from its page and run in the reader's venv.
+
+    {chapter: (saved file, executed notebook or the failure, gradstop installed after)}.
+    The venv starts without gradstop: the first chapter runs alone, and its setup
+    cell installs the package; the setup cell is the same in every chapter (checked
+    above), so the others reuse that install, as in a reader's own Jupyter, and run
+    two at a time (this machine has two cores).
+    """
+    jobs = []
+    for path in DOWNLOADABLE:
+        folder = tmp_path_factory.mktemp("reader")
+        assert ROOT not in folder.parents
+        saved = download(browser, site, doc_of(path), folder)
+        jobs.append((path, saved, tmp_path_factory.mktemp("run")))
+
+    def run(job):
+        path, saved, workdir = job
+        try:
+            executed = run_in_reader_env(reader_python, saved, workdir)
+        except AssertionError as failure:
+            executed = failure
+        return path, (saved, executed, has_gradstop(reader_python))
+
+    first, *rest = jobs
+    runs = dict([run(first)])
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        runs.update(pool.map(run, rest))
+    return runs
+
+
 @pytest.mark.parametrize("path", DOWNLOADABLE, ids=lambda p: p.name)
-def test_downloaded_chapter_runs_outside_the_repository(
-    browser, site, reader_python, tmp_path_factory, path
-):
-    # The venv starts without gradstop: the first chapter run installs it with its
-    # setup cell, the same cell in every chapter (checked above), and the chapters
-    # after it reuse that install, as in a reader's own Jupyter.
-    folder = tmp_path_factory.mktemp("reader")
-    assert ROOT not in folder.parents
-    saved = download(browser, site, doc_of(path), folder)
+def test_downloaded_chapter_runs_outside_the_repository(downloaded_runs, path):
+    saved, nb, installed = downloaded_runs[path]
     assert json.loads(saved.read_text("utf-8"))["cells"]
-    nb = run_in_reader_env(reader_python, saved, tmp_path_factory.mktemp("run"))
+    assert not isinstance(nb, AssertionError), f"the run itself failed: {nb}"
     assert nbcheck.problems_in_executed(nb, saved) == []
     code = [c for c in nb.cells if c.cell_type == "code"]
     if path in CHAPTERS:
         assert code[0].source == setup_cell.source() and code[0].outputs == []
-        assert has_gradstop(reader_python), "the first cell did not install gradstop"
+        assert installed, "the first cell did not install gradstop"
 
 
 def test_failed_install_stops_with_one_sentence(reader_python, tmp_path):

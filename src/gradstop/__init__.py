@@ -17,16 +17,22 @@ order; each is short:
     code and one sentence, read from the graph (and from a recording);
     ``grad_report(loss, model)`` for every parameter; ``decision_tree()``
     draws the rules both follow.
+``tables``
+    ``print_table`` prints a table of results; ``grad_state`` says, for each named
+    module or tensor, whether backward() left ``None``, zeros or a gradient.
 ``palette``
     the colours every picture and plot uses.
+``simsiam_toy``
+    chapter 6's SimSiam experiment on scikit-learn's digits (imported on its
+    own: ``from gradstop import simsiam_toy``; it needs scikit-learn).
 """
 
 from . import palette
 from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
 from .forward import forward_view, record
-from .graph import backward_edges, grad_fn_names, hooks_on
+from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
-from .tables import print_table
+from .tables import grad_state, print_table
 
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
@@ -34,10 +40,12 @@ __all__ = [
     "Reason",
     "backward_edges",
     "backward_graph",
+    "backward_nodes",
     "decision_tree",
     "forward_view",
     "grad_report",
     "grad_fn_names",
+    "grad_state",
     "hooks_on",
     "palette",
     "plot_picture",
