@@ -12,6 +12,11 @@ order; each is short:
 ``forward``
     the forward view: ``record()`` what ran, ``walk`` it into plain records,
     ``forward_view`` draws them with the cuts visible.
+``diagnosis``
+    ``why_no_grad(output, tensor)``: why a gradient is missing, as a reason
+    code and one sentence, read from the graph (and from a recording);
+    ``grad_report(loss, model)`` for every parameter; ``decision_tree()``
+    draws the rules both follow.
 ``tables``
     ``print_table`` prints a table of results; ``grad_state`` says, for each named
     module or tensor, whether backward() left ``None``, zeros or a gradient.
@@ -23,6 +28,7 @@ order; each is short:
 """
 
 from . import palette
+from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
 from .forward import forward_view, record
 from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side
@@ -31,10 +37,13 @@ from .tables import grad_state, print_table
 # What the chapters use; the records and classes live in their modules
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
 __all__ = [
+    "Reason",
     "backward_edges",
     "backward_graph",
     "backward_nodes",
+    "decision_tree",
     "forward_view",
+    "grad_report",
     "grad_fn_names",
     "grad_state",
     "hooks_on",
@@ -43,4 +52,5 @@ __all__ = [
     "print_table",
     "record",
     "side_by_side",
+    "why_no_grad",
 ]

@@ -39,6 +39,8 @@ from .pictures import Picture, check_alt, check_output, hook_note, shape_text, s
 
 # Calls that produce a tensor sharing data but cut from the graph.
 CUT_OPS = {"detach", "detach_", "data"}
+# Calls that turn a tensor's values into a Python number, list or NumPy array.
+EXIT_OPS = {"item", "tolist", "numpy", "float", "int", "index", "array"}
 # Runs of at least this many operations joined by unnamed results become one box.
 FOLD_AT = 3
 
@@ -53,6 +55,7 @@ class _Recorded:
     output_nr: int
     made_by: str  # the operation that made this state
     in_place: tuple[str, ...]  # in-place operations since the tensor was made
+    requires_grad: bool = False  # the tensor's flag when this state was made
 
 
 @dataclass
@@ -60,6 +63,11 @@ class _Call:
     name: str
     inputs: list[int]  # indices into Recording.states
     outputs: list[int]
+    grad_enabled: bool = True  # False under no_grad(), set_grad_enabled(False), ...
+    inference: bool = False  # True under inference_mode()
+    # An input changed since its recorded state by something the recorder did not
+    # see (its grad_fn or requires_grad differ): what the recording says is stale.
+    unseen: bool = False
 
 
 @dataclass
@@ -68,6 +76,8 @@ class Recording:
 
     states: list[_Recorded] = field(default_factory=list)
     calls: list[_Call] = field(default_factory=list)
+    # Calls that turned tensors into Python numbers or NumPy arrays (EXIT_OPS).
+    exits: list[_Call] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)  # id(tensor) -> variable name
     _latest: dict[int, int] = field(default_factory=dict)  # id(tensor) -> newest state
 
@@ -81,7 +91,9 @@ class Recording:
         """Record ``tensor`` as the output of ``made_by`` (in place if already known)."""
         previous = self._latest.get(id(tensor))
         in_place = () if previous is None else (*self.states[previous].in_place, made_by)
-        state = _Recorded(tensor, tensor.grad_fn, tensor.output_nr, made_by, in_place)
+        state = _Recorded(
+            tensor, tensor.grad_fn, tensor.output_nr, made_by, in_place, tensor.requires_grad
+        )
         self.states.append(state)
         self._latest[id(tensor)] = len(self.states) - 1
         return self._latest[id(tensor)]
@@ -107,20 +119,32 @@ def _op_name(func) -> str | None:
     return name.strip("_") if name.startswith("__") else name
 
 
+def _changed(state: _Recorded, tensor: torch.Tensor) -> bool:
+    return tensor.grad_fn is not state.grad_fn or tensor.requires_grad != state.requires_grad
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self, recording: Recording):
         super().__init__()
         self.recording = recording
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
+        rec, name = self.recording, _op_name(func)
+        # The inputs' states are noted before the call, as they were when it ran.
+        tensors = _tensors_in(args) + _tensors_in(kwargs or {})
+        inputs = [rec.state_of(t) for t in tensors]
+        mode = {"grad_enabled": torch.is_grad_enabled()}
+        mode["inference"] = torch.is_inference_mode_enabled()
+        mode["unseen"] = any(
+            _changed(rec.states[i], t) for i, t in zip(inputs, tensors, strict=True)
+        )
         result = func(*args, **(kwargs or {}))
-        name = _op_name(func)
         outputs = _tensors_in(result)
         if name is not None and outputs:
-            rec = self.recording
-            inputs = [rec.state_of(t) for t in _tensors_in(args) + _tensors_in(kwargs or {})]
             made = [rec.new_state(t, made_by=name) for t in outputs]
-            rec.calls.append(_Call(name, inputs, made))
+            rec.calls.append(_Call(name, inputs, made, **mode))
+        elif name in EXIT_OPS and inputs:
+            rec.exits.append(_Call(name, inputs, [], **mode))
         return result
 
 

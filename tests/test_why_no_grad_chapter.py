@@ -1,0 +1,118 @@
+"""Chapter 7 and gradstop.diagnosis check each other.
+
+The chapter's symptom table maps each symptom to a reason code and a section; the
+section must assert that code. Every reason code must be asserted somewhere in the
+chapter, so no code of the tool goes undemonstrated.
+"""
+
+import re
+
+import nbformat
+
+import claims
+import nbcheck
+from gradstop import Reason
+
+CHAPTER = nbcheck.ROOT / "notebooks" / "07-why-no-grad.ipynb"
+CODE = re.compile(r"`([A-Z_]+)`")
+
+
+def code_by_section(path) -> dict[str, str]:
+    """The code of each labelled section (subsections included), by label."""
+    nb = nbformat.read(path, as_version=4)
+    found: dict[str, list[str]] = {}
+    open_sections: list[tuple[str, int]] = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            pending = None
+            for line in cell.source.splitlines():
+                label, heading = claims.LABEL.match(line), claims.HEADING.match(line)
+                if label:
+                    pending = label["label"]
+                elif heading:
+                    level = len(heading["hashes"])
+                    open_sections = [(s, lv) for s, lv in open_sections if lv < level]
+                    if pending:
+                        open_sections.append((pending, level))
+                        found[pending] = []
+                    pending = None
+        else:
+            for label, _ in open_sections:
+                found[label].append(cell.source)
+    return {label: "\n".join(code) for label, code in found.items()}
+
+
+def symptom_rows(path) -> list[tuple[list[str], list[str]]]:
+    """(reason codes, section labels) of each row of the symptom table."""
+    nb = nbformat.read(path, as_version=4)
+    text = next(c.source for c in nb.cells if "## Find your symptom" in c.source)
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "{ref}" in line]
+    return [(CODE.findall(row.split("|")[3]), claims.refs_in(row)) for row in rows if "|" in row]
+
+
+def asserted(code: str, reason: str) -> bool:
+    """Does a check in ``code`` name ``reason`` (as Reason.X or as "X")?"""
+    checks = [line for line in code.splitlines() if "assert" in line or "==" in line]
+    return any(f"Reason.{reason}" in c or f'"{reason}"' in c for c in checks)
+
+
+def test_each_symptom_row_names_a_code_its_section_asserts():
+    sections = code_by_section(CHAPTER)
+    rows = symptom_rows(CHAPTER)
+    assert len(rows) >= 16
+    problems = []
+    for codes, labels in rows:
+        assert codes and labels, (codes, labels)
+        for code in codes:
+            assert code in Reason.__members__, code
+            if not any(asserted(sections.get(label, ""), code) for label in labels):
+                problems.append(f"{code} is not asserted in {labels}")
+    assert problems == []
+
+
+def test_every_reason_code_is_asserted_in_the_chapter():
+    nb = nbformat.read(CHAPTER, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert [r.name for r in Reason if not asserted(code, r.name)] == []
+
+
+def test_the_check_catches_a_row_whose_section_asserts_another_code(tmp_path):
+    nb = nbformat.read(CHAPTER, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = cell.source.replace("Reason.NOT_FLOAT", "Reason.OK")
+    broken = tmp_path / "broken.ipynb"
+    nbformat.write(nb, broken)
+    sections = code_by_section(broken)
+    row = next(r for r in symptom_rows(broken) if r[0] == ["NOT_FLOAT"])
+    assert not asserted(sections[row[1][0]], "NOT_FLOAT")
+
+
+ERRORS_PAGE = nbcheck.ROOT / "book" / "errors.md"
+
+
+def warnings_torch_gives() -> list[str]:
+    """The three warnings the chapter meets, as today's PyTorch words them."""
+    import warnings
+
+    import torch
+
+    w = torch.randn(3, requires_grad=True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.tensor(w)
+        float(w.sum())
+        (w * 2).grad  # noqa: B018
+    return [str(c.message) for c in caught]
+
+
+def test_each_warning_in_the_error_index_is_one_torch_gives_and_links_to_chapter_7():
+    rows = [line for line in ERRORS_PAGE.read_text("utf-8").splitlines() if line.startswith("| `")]
+    assert len(rows) == 3
+    given = warnings_torch_gives()
+    code = code_by_section(CHAPTER)
+    for row in rows:
+        start = row.split("`")[1]
+        assert any(message.startswith(start) for message in given), start
+        labels = claims.refs_in(row)
+        assert labels and all(label in code for label in labels), row
