@@ -4,7 +4,7 @@ The PDF must open; every chapter and appendix must start on a page of its own, i
 order of _toc.yml, under its own title; each chapter's pages must show one value the
 chapter asserts, as the build printed it (a chapter not yet named in ASSERTED: its
 first printed line); every picture's caption must be there and
-no picture may have been turned into a bitmap; the first page is a table of contents
+no picture may have been turned into a bitmap; the first pages are a table of contents
 whose page numbers are right; every page is numbered. The introduction links the PDF.
 The last test shows that the check catches a PDF with a chapter's first pages missing.
 """
@@ -147,7 +147,7 @@ def pdf_problems(pages: list[str], titles: list[str], outputs: dict[str, str]) -
     problems = []
     if len(pages) < len(titles):
         problems.append(f"{len(pages)} pages for {len(titles)} chapters")
-    starts, after = [], 1  # page 1 is the table of contents
+    starts, after = [], 1  # the book opens with its table of contents
     for title in titles:
         start = next((i for i in range(after, len(pages)) if opens(pages[i], title)), None)
         if start is None:
@@ -158,7 +158,8 @@ def pdf_problems(pages: list[str], titles: list[str], outputs: dict[str, str]) -
     for (title, start), (_, end) in zip(starts, [*starts[1:], (None, len(pages))], strict=True):
         if title in outputs and squeeze(outputs[title]) not in "".join(pages[start:end]):
             problems.append(f"{title!r}: its output {outputs[title]!r} is not in its pages")
-    contents = pages[0] if pages else ""
+    # The contents: every page before the first document (it grows with the book).
+    contents = "".join(pages[: starts[0][1]] if starts else pages[:1])
     for title, start in starts:
         if f"{squeeze(title)}{start + 1}" not in contents:
             problems.append(f"the table of contents does not give {title!r} page {start + 1}")
