@@ -463,8 +463,7 @@ def make_probe_book(dest: Path) -> Path:
     (dest / "book").mkdir()
     shutil.copytree(ROOT / "book" / "_ext", dest / "book" / "_ext")
     shutil.copytree(ROOT / "book" / "_static", dest / "book" / "_static")
-    for name in ("errors.md", "error-explanations.yml", "references.bib"):
-        shutil.copy(ROOT / "book" / name, dest / "book" / name)
+    shutil.copy(ROOT / "book" / "references.bib", dest / "book" / "references.bib")
     # The index's links into the book's chapters point at pages the probe does not have.
     errors = (ROOT / "book" / "errors.md").read_text("utf-8").splitlines(keepends=True)
     (dest / "book" / "errors.md").write_text(

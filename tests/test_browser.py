@@ -8,16 +8,12 @@ page goes to _build/screenshots/ for review, and the accessibility results to
 _build/screenshots/axe.json.
 """
 
-import contextlib
-import functools
-import http.server
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlparse
@@ -26,6 +22,7 @@ import pytest
 import yaml
 from alt_text import alt_problem
 from axe_playwright_python.sync_playwright import Axe
+from book_pdf import serve  # one local server for the tests and make pdf
 from playwright.sync_api import sync_playwright
 
 import nbcheck
@@ -47,23 +44,6 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, *args):
-        pass
-
-
-@contextlib.contextmanager
-def serve(directory: Path):
-    """Serve a folder on a free localhost port; yield its base URL."""
-    handler = functools.partial(QuietHandler, directory=str(directory))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
 
 
 @pytest.fixture(scope="module")
