@@ -39,6 +39,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from IPython import get_ipython
+
+if get_ipython() is not None:  # a failing cell shows its error, not every frame
+    get_ipython().InteractiveTB.set_mode("Minimal")
 BOOK = "git+{url}@{branch}"
 source = os.environ.get("GRADSTOP_SOURCE", BOOK)  # or a local clone's folder
 if importlib.util.find_spec("gradstop") is None:

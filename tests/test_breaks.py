@@ -113,6 +113,12 @@ BREAKS = [
         "notebook metadata not allowed: ['mystnb']",
     ),
     Break(
+        "every chapter keeps its checks folded, off the reader's path",
+        "notebooks/01-probe shows an assert on its page",
+        "test_page_shape.py::test_chapter_reads_in_fifteen_minutes[notebooks/01-probe]",
+        "1 visible assert(s) on the reader's path",
+    ),
+    Break(
         "every image has alt text",
         "book/probe-pictures: {image} without :alt: (Sphinx puts the path), ![](probe.png)",
         "test_book.py::test_every_image_exists_and_has_alt_text",
@@ -389,6 +395,8 @@ def probe_chapter():
         cells=[
             new_markdown_cell("# Probe chapter\n\nDeliberate breaks; each must fail a test."),
             new_code_cell("import torch"),
+            new_markdown_cell("## A check left on the reader's path"),
+            new_code_cell("assert torch.ones(1).item() == 1.0"),
             new_markdown_cell("## A declared error with the wrong message"),
             declared("torch.zeros(1).sum().backward()", WRONG_MESSAGE),
             new_markdown_cell("## A declared error that no longer happens"),
@@ -531,7 +539,7 @@ def run_pytest(repo: Path, tests: list[str], deselect: list[str] = ()):
 # Round 1 runs these whole files, but for two tests that build or run something
 # else of their own (slow, and not about the probe book).
 ROUND_1 = ["test_book.py", "test_notebooks.py", "test_skeleton.py", "test_appendices.py"]
-ROUND_1 += ["test_browser.py"]
+ROUND_1 += ["test_browser.py", "test_page_shape.py"]
 NOT_IN_ROUND_1 = [
     "test_book.py::test_unexpected_error_fails_the_build_naming_notebook_and_cell",
     "test_skeleton.py::test_template_runs_clean",
