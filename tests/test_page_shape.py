@@ -17,8 +17,6 @@ import page_shape
 NOT_YET = {
     "notebooks/01-autograd-graph",
     "notebooks/02-detach",
-    "notebooks/03-detach-inplace",
-    "notebooks/04-choosing",
     "notebooks/05-hooks",
     "notebooks/06-simsiam",
     "notebooks/07-why-no-grad",
