@@ -19,7 +19,6 @@ NOT_YET = {
     "notebooks/02-detach",
     "notebooks/03-detach-inplace",
     "notebooks/04-choosing",
-    "notebooks/05-hooks",
     "notebooks/06-simsiam",
     "notebooks/07-why-no-grad",
     "notebooks/08-who-trains",
