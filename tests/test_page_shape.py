@@ -100,6 +100,23 @@ def test_a_visible_assert_a_wide_line_and_a_silent_output_are_caught():
     assert "1 output(s) on the path with no sentence beside them" in problems
 
 
+def test_a_posts_own_printed_lines_may_keep_their_width():
+    wide = "w" * 85
+    tagged = cell("print(post_line)", wide).replace('class="cell"', 'class="cell tag_post-output"')
+    shape = page_shape.measure(page(SHORT + tagged + "<p>The post's line.</p>"))
+    assert shape.wide_lines == 0
+    shape = page_shape.measure(page(SHORT + cell("print(line)", wide) + "<p>A line.</p>"))
+    assert shape.wide_lines == 1
+
+
+def test_a_pictures_caption_is_prose_not_a_printed_line():
+    figure = f"<figure><img alt='a'><figcaption>{'c' * 120}</figcaption></figure>"
+    printed = '<div class="output stream"><pre>x</pre></div>'
+    shown = f'<div class="output text_html">{figure}</div>'
+    picture = cell("gp.plot_picture(fig)", "x").replace(printed, shown)
+    assert page_shape.measure(page(SHORT + picture)).wide_lines == 0
+
+
 def test_a_folded_check_does_not_separate_an_output_from_its_sentence():
     body = SHORT + cell("y = 2", "2") + cell("assert y == 2", check=True) + "<p>Notice.</p>"
     assert page_shape.measure(page(body)).unnoticed == 0
