@@ -57,6 +57,18 @@ def test_runs_in_worker_processes_equal_a_loop_bit_for_bit():
         same_result(a, b)
 
 
+def test_training_in_parts_changes_no_number():
+    configs = mixed_configs()[::2]
+    training = toy.Training(configs, workers=1)
+    training.advance(1)
+    with pytest.raises(ValueError, match="not trained to the end yet"):
+        training.results()
+    training.advance(2)
+    training.advance(5)  # past every run's end: nothing left to do
+    for config, result in zip(configs, training.results(), strict=True):
+        same_result(result, toy.run(config))
+
+
 def two_views(n=32, seed=0):
     d = toy.data()
     gen = torch.Generator().manual_seed(seed)
@@ -213,6 +225,10 @@ def test_summary_table_reports_mean_std_min_max():
     table = toy.summary_table({"demo": runs}, untrained=runs)
     assert "| demo | 2 | 1.0 ± 0.0 [1.0, 1.0] | 0.200 ± 0.141 [0.100, 0.300] |" in table
     assert "| untrained encoder | 2 | – | – | – | 0.500 ± 0.000 [0.500, 0.500] |" in table
+    knn = toy.summary_table({"demo": runs}, untrained=runs, keys=["knn_clean"])
+    assert knn.splitlines()[-1] == "| untrained encoder | 2 | 0.900 ± 0.000 [0.900, 0.900] |"
+    with pytest.raises(ValueError, match="unknown figures \\['accuracy'\\]"):
+        toy.summary_table({"demo": runs}, keys=["accuracy"])
 
 
 def test_cosine_decay_starts_at_the_rate_and_ends_near_zero():

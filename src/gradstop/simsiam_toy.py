@@ -18,8 +18,9 @@ what it gets trained alone (``tests/test_gradstop_simsiam.py`` checks it), so
     model as a reader writes it; the stack computes exactly this model.
 ``simsiam_loss(model, x1, x2, stop_gradient)``
     the paper's symmetric negative cosine similarity, with or without ``detach()``.
-``Config``, ``run(config)``, ``run_many(configs, workers)``
-    train and measure: loss, directions used, spread of the output, kNN accuracy.
+``Config``, ``run(config)``, ``run_many(configs, workers)``, ``Training``
+    train and measure: loss, directions used, spread of the output, kNN accuracy;
+    ``Training`` trains many runs in worker processes, part of the way at a time.
 ``summary_table(groups)``
     mean, standard deviation, minimum and maximum of each final figure.
 """
@@ -40,6 +41,7 @@ __all__ = [
     "Config",
     "Data",
     "SimSiam",
+    "Training",
     "augment",
     "close_pool",
     "data",
@@ -388,10 +390,12 @@ def _knn(s: Stack, bank: torch.Tensor, queries: torch.Tensor, k: int = 5) -> lis
 def evaluate(s: Stack, knn: bool = True) -> list[dict]:
     """Each model's figures, in eval mode (BatchNorm: running statistics): the
     projector's output on the held-out digits (its singular values, the directions
-    holding 90 % of it, its spread) and, with ``knn``, the encoder's kNN accuracy."""
+    holding 90 % of it, its spread) and, with ``knn``, the encoder's kNN accuracy
+    and the directions holding 90 % of its own (normalised) features."""
     d = data()
     held_out = d.images[d.test_idx].flatten(1)
-    z = _sequential(s, "projector", _features(s, held_out), 1, False).transpose(1, 2)
+    features = _features(s, held_out)
+    z = _sequential(s, "projector", features, 1, False).transpose(1, 2)
     singular = torch.linalg.svdvals(F.normalize(z, dim=2))
     figures = [
         {"spread": spread(z[i]), "directions": directions_holding(v), "singular": v}
@@ -400,8 +404,10 @@ def evaluate(s: Stack, knn: bool = True) -> list[dict]:
     if knn:
         bank = F.normalize(_features(s, d.images[d.train_idx].flatten(1)), dim=1)
         scores = zip(_knn(s, bank, d.queries), _knn(s, bank, held_out), strict=True)
-        for f, (augmented, clean) in zip(figures, scores, strict=True):
+        below = torch.linalg.svdvals(F.normalize(features, dim=1).transpose(1, 2))
+        for f, (augmented, clean), v in zip(figures, scores, below, strict=True):
             f.update(knn_augmented=augmented, knn_clean=clean)
+            f["encoder_directions"] = directions_holding(v)  # of its features, below z
     return figures
 
 
@@ -457,32 +463,78 @@ def _record(history: dict, epoch: int, figures: dict) -> None:
 HISTORY = ("eval_epoch", "spread", "directions")
 
 
-def run_stack(configs: list[Config]) -> list[dict]:
-    """Train the models of ``configs`` together, each for its own schedule; a model
-    leaves the stack after its last epoch. One result per config, in order."""
-    if len({c.shared() for c in configs}) != 1:
-        raise ValueError("runs trained in one stack must share batch, momentum, weight_decay")
+@dataclass
+class Part:
+    """Runs trained as one stack, part of the way: everything a later part needs to
+    carry on exactly where this one stopped (weights, velocities, BatchNorm's running
+    statistics, the view generators' states, the history so far)."""
+
+    configs: list[Config]
+    epoch: int = 0  # the last epoch trained
+    stack: Stack | None = None  # the models still training
+    alive: list[int] = field(default_factory=list)  # the config index of each of them
+    initial: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    results: list = field(default_factory=list)
+    generator_states: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self):
+        if len({c.shared() for c in self.configs}) != 1:
+            raise ValueError("runs trained in one stack must share batch, momentum, weight_decay")
+
+    @property
+    def epochs(self) -> int:
+        return max(c.epochs for c in self.configs)
+
+
+def _begin(part: Part) -> list[torch.Generator]:
+    """The untrained stack of a part, measured; its view generators, freshly seeded."""
+    part.stack = stack(part.configs)
+    part.alive = list(range(len(part.configs)))
+    part.initial = evaluate(part.stack)
+    part.history = [{"epoch_loss": [], **{k: [] for k in HISTORY}} for _ in part.configs]
+    for h, figures in zip(part.history, part.initial, strict=True):
+        _record(h, 0, figures)
+    part.results = [None] * len(part.configs)
+    seeds = sorted({c.view_seed for c in part.configs})
+    return [torch.Generator().manual_seed(seed) for seed in seeds]
+
+
+def advance(part: Part, to_epoch: int) -> Part:
+    """Train ``part`` on to ``to_epoch`` (or its last epoch), each model for its own
+    schedule; a model leaves the stack after its last epoch, with its result."""
     with _Threads(), torch.random.fork_rng(devices=[]):
-        s, results = stack(configs), [None] * len(configs)
-        initial = evaluate(s)
-        history = [{"epoch_loss": [], **{k: [] for k in HISTORY}} for _ in configs]
-        for h, figures in zip(history, initial, strict=True):
-            _record(h, 0, figures)
-        seeds = sorted({c.view_seed for c in configs})
-        generators = [torch.Generator().manual_seed(seed) for seed in seeds]
-        alive = list(range(len(configs)))  # the original index of each model in s
-        for epoch in range(1, max(c.epochs for c in configs) + 1):
-            for i, loss in zip(alive, train_epoch(s, generators, epoch), strict=True):
-                history[i]["epoch_loss"].append(loss)
-            done = [j for j, c in enumerate(s.configs) if epoch == c.epochs]
-            for j, figures in zip(done, evaluate(s.keep(done)) if done else [], strict=True):
-                i = alive[j]
-                _record(history[i], epoch, figures)
-                final = {**figures, "loss": history[i]["epoch_loss"][-1]}
-                results[i] = _result(s, j, initial[i], final, history[i])
-            _evaluate_due(s, alive, history, epoch)
-            s, alive = _without(s, alive, done)
-    return results
+        if part.stack is None and part.epoch == 0:
+            generators = _begin(part)
+        else:
+            generators = [torch.Generator() for _ in part.generator_states]
+            for g, state in zip(generators, part.generator_states, strict=True):
+                g.set_state(state)
+        for epoch in range(part.epoch + 1, min(to_epoch, part.epochs) + 1):
+            _one_epoch(part, generators, epoch)
+            part.epoch = epoch
+        part.generator_states = [g.get_state() for g in generators]
+    return part
+
+
+def _one_epoch(part: Part, generators: list[torch.Generator], epoch: int) -> None:
+    s, history = part.stack, part.history
+    for i, loss in zip(part.alive, train_epoch(s, generators, epoch), strict=True):
+        history[i]["epoch_loss"].append(loss)
+    done = [j for j, c in enumerate(s.configs) if epoch == c.epochs]
+    for j, figures in zip(done, evaluate(s.keep(done)) if done else [], strict=True):
+        i = part.alive[j]
+        _record(history[i], epoch, figures)
+        final = {**figures, "loss": history[i]["epoch_loss"][-1]}
+        part.results[i] = _result(s, j, part.initial[i], final, history[i])
+    _evaluate_due(s, part.alive, history, epoch)
+    part.stack, part.alive = _without(s, part.alive, done)
+
+
+def run_stack(configs: list[Config]) -> list[dict]:
+    """Train the models of ``configs`` together, in this process; one result each."""
+    part = Part(list(configs))
+    return advance(part, part.epochs).results
 
 
 def _evaluate_due(s: Stack, alive: list[int], history: list[dict], epoch: int) -> None:
@@ -494,10 +546,11 @@ def _evaluate_due(s: Stack, alive: list[int], history: list[dict], epoch: int) -
 
 
 def _without(s: Stack, alive: list[int], done: list[int]):
+    """The stack and its config indices without the models ``done``; None when empty."""
     if not done:
         return s, alive
     rest = [j for j in range(len(s.configs)) if j not in done]
-    return s.keep(rest), [alive[j] for j in rest]
+    return (s.keep(rest) if rest else None), [alive[j] for j in rest]
 
 
 def _result(s: Stack, i: int, initial: dict, final: dict, history: dict) -> dict:
@@ -575,27 +628,51 @@ def _chunks(configs: list[Config], workers: int) -> list[list[int]]:
     return chunks
 
 
-def run_many(configs: list[Config], workers: int = 2) -> list[dict]:
-    """``run`` over ``configs``, in order: runs that share a schedule train in stacks,
-    in ``workers`` worker processes if more than 1.
+class Training:
+    """Many runs in worker processes, as stacks, trained part of the way at a time.
 
-    Workers are started with "spawn" (fresh interpreters that import this module, never
-    forked from a Jupyter kernel), once: later calls reuse them until :func:`close_pool`.
+    ``Training(configs)`` shares the runs out into one stack per worker (runs that
+    can share a stack, of about equal work); ``advance(to_epoch)`` trains every
+    stack on to that epoch, in the workers, and brings its state back; ``results()``
+    gives one result per config, in order, once every run has finished. Training in
+    parts changes no number: a run's result is, bit for bit, what ``run`` gives.
+    Workers are started with "spawn" (fresh interpreters that import this module,
+    never forked from a Jupyter kernel), once: later calls reuse them until
+    :func:`close_pool`.
     """
-    configs = list(configs)
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    chunks = _chunks(configs, workers)
-    stacks = [[configs[i] for i in chunk] for chunk in chunks]
-    if workers == 1 or len(stacks) < 2:
-        done = [run_stack(group) for group in stacks]
-    else:
-        done = list(_pool(workers).map(run_stack, stacks))
-    results = [None] * len(configs)
-    for chunk, group in zip(chunks, done, strict=True):
-        for i, result in zip(chunk, group, strict=True):
-            results[i] = result
-    return results
+
+    def __init__(self, configs: list[Config], workers: int = 2):
+        self.configs = list(configs)
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.chunks = _chunks(self.configs, workers)
+        self.parts = [Part([self.configs[i] for i in chunk]) for chunk in self.chunks]
+
+    def advance(self, to_epoch: int) -> None:
+        """Train every run on to ``to_epoch`` (or its last epoch)."""
+        jobs = [(part, to_epoch) for part in self.parts]
+        if self.workers == 1 or len(self.parts) < 2:
+            self.parts = [advance(*job) for job in jobs]
+        else:
+            self.parts = list(_pool(self.workers).map(advance, *zip(*jobs, strict=True)))
+
+    def results(self) -> list[dict]:
+        unfinished = [p.epoch for p in self.parts if p.epoch < p.epochs]
+        if unfinished:
+            raise ValueError(f"not trained to the end yet: a stack is at epoch {unfinished[0]}")
+        results = [None] * len(self.configs)
+        for chunk, part in zip(self.chunks, self.parts, strict=True):
+            for i, result in zip(chunk, part.results, strict=True):
+                results[i] = result
+        return results
+
+
+def run_many(configs: list[Config], workers: int = 2) -> list[dict]:
+    """``run`` over ``configs``, in order, as stacks in ``workers`` worker processes."""
+    training = Training(configs, workers)
+    training.advance(max((c.epochs for c in training.configs), default=0))
+    return training.results()
 
 
 def rebuild(result: dict) -> SimSiam:
@@ -624,20 +701,25 @@ def _cell(values: list[float], key: str) -> str:
     )
 
 
-def summary_table(groups: dict[str, list[dict]], untrained: list[dict] | None = None) -> str:
-    """A Markdown table: for each group of runs and each final figure, mean ± std
-    (sample standard deviation over the runs) and [min, max]. With ``untrained``,
-    a last row gives those runs' untrained encoders' figures (kNN only)."""
-    header = "| runs | n | " + " | ".join(FIGURES.values()) + " |"
-    lines = [header, "|" + "---|" * (len(FIGURES) + 2)]
+def summary_table(
+    groups: dict[str, list[dict]], untrained: list[dict] | None = None, keys=None
+) -> str:
+    """A Markdown table: for each group of runs and each final figure (``keys`` of
+    FIGURES, all by default), mean ± std (sample standard deviation over the runs)
+    and [min, max]. With ``untrained``, a last row gives those runs' untrained
+    encoders' kNN figures."""
+    keys = list(FIGURES) if keys is None else list(keys)
+    unknown = [k for k in keys if k not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figures {unknown}; choose from {list(FIGURES)}")
+    header = "| runs | n | " + " | ".join(FIGURES[k] for k in keys) + " |"
+    lines = [header, "|" + "---|" * (len(keys) + 2)]
     rows = [(name, [r["final"] for r in results]) for name, results in groups.items()]
     if untrained:
         knn_only = [{k: r["initial"][k] for k in ("knn_augmented", "knn_clean")} for r in untrained]
         rows.append(("untrained encoder", knn_only))
     for name, finals in rows:
-        cells = [
-            _cell([f[key] for f in finals], key) if key in finals[0] else "–" for key in FIGURES
-        ]
+        cells = [_cell([f[k] for f in finals], k) if k in finals[0] else "–" for k in keys]
         lines.append(f"| {name} | {len(finals)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
