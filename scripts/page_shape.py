@@ -179,8 +179,8 @@ def measure(soup: BeautifulSoup, page: str = "") -> Shape:
             continue  # long error messages and warnings wrap (book.css)
         if out.find_parent("div", class_=POST_OUTPUT) is not None:
             continue  # a post's own lines, which wrap too
-        if out.find("figure") is not None:
-            continue  # a picture: its caption is prose, and wraps
+        if out.find("pre") is None:
+            continue  # a figure or other HTML output: its caption and text wrap
         wide += [len(line) for line in _lines(out) if len(line) > WIDTH]
     with_output = [c for c in shown if _cell_output(c) is not None]
     with_output += [
