@@ -39,6 +39,10 @@ BUDGET = {
 SHORT_CELL = 8  # lines; "mostly" means at least this share of the visible cells:
 SHORT_SHARE = 0.75
 WIDTH = 80  # characters a printed line may take (the code column)
+# A cell that prints a source post's own lines, as the post shows them: they keep the
+# post's width (the seed-coverage appendix compares them line for line) and wrap
+# instead (book.css), as error messages and warnings do.
+POST_OUTPUT = "tag_post-output"
 WORDS_PER_MINUTE = 200
 SECONDS_PER_CELL = 20
 ASSERT = re.compile(r"^\s*assert\b|\bassert_\w+\(|\btorch\.testing\.assert", re.M)
@@ -173,6 +177,8 @@ def measure(soup: BeautifulSoup, page: str = "") -> Shape:
     for out in article.select("div.cell_output div.output"):
         if {"traceback", "stderr"} & set(out.get("class") or []):
             continue  # long error messages and warnings wrap (book.css)
+        if out.find_parent("div", class_=POST_OUTPUT) is not None:
+            continue  # a post's own lines, which wrap too
         if out.find("pre") is None:
             continue  # a figure or other HTML output: its caption and text wrap
         wide += [len(line) for line in _lines(out) if len(line) > WIDTH]

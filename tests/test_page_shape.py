@@ -15,7 +15,6 @@ import page_shape
 # Chapters whose issue has not yet put them on the reader's path: their figures are
 # printed, not enforced. Each chapter leaves this list in the commit that reshapes it.
 NOT_YET = {
-    "notebooks/06-simsiam",
     "notebooks/07-why-no-grad",
     "notebooks/08-who-trains",
     "notebooks/09-rewritten",
@@ -93,6 +92,16 @@ def test_a_visible_assert_a_wide_line_and_a_silent_output_are_caught():
     assert "1 visible assert(s)" in problems
     assert "1 printed line(s) wider than 80 characters (widest 81)" in problems
     assert "1 output(s) on the path with no sentence beside them" in problems
+
+
+def test_a_posts_own_printed_lines_may_keep_their_width():
+    wide = "w" * 85
+    tagged = cell("print(post_line)", wide).replace('class="cell"', 'class="cell tag_post-output"')
+    shape = page_shape.measure(page(SHORT + tagged + "<p>The post's line.</p>"))
+    assert shape.wide_lines == 0
+    shape = page_shape.measure(page(SHORT + cell("print(line)", wide) + "<p>A line.</p>"))
+    assert shape.wide_lines == 1
+
 
 
 def test_a_figure_caption_wraps_and_is_not_a_wide_line():

@@ -6,9 +6,12 @@
     computation gives a different DOT file on every run; here nodes are renamed
     ``n0, n1, ...`` in the order torchviz first visits them. The output's box
     carries its name, a named computed tensor names the node that made it, and
-    shapes read ``(3,)`` as in the forward view.
-``side_by_side(before, after, caption=...)``
-    two pictures as one figure, each with its own caption.
+    shapes read ``(3,)`` as in the forward view. ``cut_edges`` draws chosen edges
+    red and dashed, as the forward view draws a cut: the edges a ``detach()``
+    would remove.
+``side_by_side(before, after, caption=..., same_scale=False)``
+    two pictures as one figure, each with its own caption; ``same_scale=True``
+    shows both at one scale, so that the sizes of the two graphs compare.
 ``plot_picture(fig, alt=...)``
     a matplotlib figure as the same kind of picture: SVG, alt text, caption,
     byte-stable from run to run.
@@ -33,7 +36,7 @@ import torch
 import torchviz
 
 from . import palette
-from .graph import backward_nodes, hooks_on
+from .graph import backward_edges, backward_nodes, hooks_on
 
 # A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
 # torchviz's names are id()s, all digits; the names this module adds are not.
@@ -108,12 +111,14 @@ class Picture:
     alt: str = ""
     caption: str | None = None
 
-    def img_html(self) -> str:
+    def img_html(self, fill: bool = False) -> str:
+        """The picture as an <img>; ``fill`` stretches it to its container's width."""
         data = base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+        width = "width:100%;box-sizing:border-box;" if fill else ""
         # The white background keeps black graph lines readable in dark mode.
         return (
             f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(self.alt)}" '
-            'style="background:#fff;max-width:100%;height:auto;padding:4px">'
+            f'style="background:#fff;{width}max-width:100%;height:auto;padding:4px">'
         )
 
     def _repr_html_(self) -> str:
@@ -121,29 +126,52 @@ class Picture:
         return f'<figure class="gradient-graph">{self.img_html()}{caption}</figure>'
 
 
+_SVG_WIDTH = re.compile(r'<svg[^>]*?\swidth="([\d.]+)pt"')
+
+
+def svg_width(svg_text: str) -> float:
+    """The width of an SVG picture, in points, as Graphviz and matplotlib write it."""
+    found = _SVG_WIDTH.search(svg_text)
+    if found is None:
+        raise ValueError('this SVG has no width in points (width="...pt") to scale by')
+    return float(found.group(1))
+
+
 @dataclass(frozen=True)
 class SideBySide:
-    """Two pictures side by side, each with its caption, plus one overall caption."""
+    """Two pictures side by side, each with its caption, plus one overall caption.
+
+    With ``same_scale``, each picture's share of the row is its own width, so both
+    are shrunk (or grown) by the same factor: one point is as long in each.
+    """
 
     left: Picture
     right: Picture
     caption: str
+    same_scale: bool = False
 
     def _repr_html_(self) -> str:
+        pics = (self.left, self.right)
+        grow = [svg_width(p.svg) if self.same_scale else 1 for p in pics]
         cells = "".join(
-            '<figure style="margin:0;flex:1 1 0;min-width:14em">'
-            f"{p.img_html()}<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
-            for p in (self.left, self.right)
+            f'<figure style="margin:0;flex:{g:g} 1 0;min-width:14em">'
+            f"{p.img_html(fill=self.same_scale)}"
+            f"<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
+            for p, g in zip(pics, grow, strict=True)
         )
+        # at one scale, no wider than both at their natural size (never blown up)
+        widest = f";max-width:calc({sum(grow):g}pt + 1.5em)" if self.same_scale else ""
         return (
             '<figure class="gradient-graph-pair">'
-            '<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start">'
+            f'<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start{widest}">'
             f"{cells}</div>"
             f"<figcaption>{inline_code(self.caption)}</figcaption></figure>"
         )
 
 
-def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide:
+def side_by_side(
+    before: Picture, after: Picture, *, caption: str, same_scale: bool = False
+) -> SideBySide:
     """Show two pictures as one figure: ``before`` on the left, ``after`` on the right."""
     for side, pic in (("before", before), ("after", after)):
         if not isinstance(pic, Picture):
@@ -154,7 +182,7 @@ def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide
             raise ValueError(f"{side} needs its own caption, e.g. 'without detach'")
     if not isinstance(caption, str) or not caption.strip():
         raise ValueError("the pair needs a caption saying what changed between the two graphs")
-    return SideBySide(before, after, caption)
+    return SideBySide(before, after, caption, same_scale)
 
 
 def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
@@ -185,6 +213,8 @@ def backward_graph(
     caption: str | None = None,
     names: dict[str, torch.Tensor] | None = None,
     show_saved: bool = False,
+    cut_edges=(),
+    cut_label: str = "",
 ) -> Picture:
     """torchviz's backward graph of ``output`` as a byte-stable SVG picture.
 
@@ -193,7 +223,9 @@ def backward_graph(
     (``{"z1 = f(x1)": z1}``). The output's box shows its name from ``names``,
     else the caller's variable name for it, else "output". ``show_saved=True``
     also draws the tensors each node saved for backward; after ``backward()``
-    has freed them this raises ``ValueError`` saying so.
+    has freed them this raises ``ValueError`` saying so. ``cut_edges`` (edges of
+    this graph, from ``backward_edges(output)``) are drawn red and dashed, with
+    ``cut_label`` beside each: the edges a ``detach()`` would remove.
     """
     output = check_output(output)
     alt = check_alt(alt)
@@ -205,6 +237,7 @@ def backward_graph(
         dot = _make_dot(output, labels, show_saved)
     for label, tensor in names.items():
         _name_node(dot, drawn, label, tensor, is_output=tensor is output)
+    _draw_cuts(dot, output, cut_edges, cut_label)
     dot.graph_attr.update(bgcolor="white")
     return Picture(svg=svg(_stable_source(dot)), alt=alt, caption=caption)
 
@@ -262,6 +295,25 @@ def _name_node(dot, drawn: set, label: str, tensor: torch.Tensor, *, is_output: 
         target = id(tensor) if node is None else id(node)
         note = f"on {label}:\n" + "\n".join(hooks)
         hook_note(dot, f"hook_{len(dot.body)}", str(target), note)
+
+
+def _draw_cuts(dot: graphviz.Digraph, output: torch.Tensor, cut_edges, label: str) -> None:
+    """Restyle the DOT lines of ``cut_edges`` as cuts: red, dashed, labelled."""
+    wanted = {(str(id(e.source)), str(id(e.target))) for e in cut_edges}
+    present = {(str(id(e.source)), str(id(e.target))) for e in backward_edges(output)}
+    if not wanted <= present:
+        raise ValueError(
+            "cut_edges must be edges of this graph: take them from "
+            "gp.backward_edges(output) (a BackwardEdge's source and target nodes)"
+        )
+    style = (
+        f' [color="{palette.RED}" fontcolor="{palette.RED}" style=dashed penwidth=2'
+        f" label={graphviz.quoting.quote(label)}]"
+    )
+    for i, line in enumerate(dot.body):
+        edge = _EDGE_LINE.match(line)
+        if edge and (edge.group(1), edge.group(2)) in wanted:
+            dot.body[i] = line.rstrip("\n") + style + "\n"
 
 
 @contextlib.contextmanager
