@@ -7,8 +7,13 @@
     ``n0, n1, ...`` in the order torchviz first visits them. The output's box
     carries its name, a named computed tensor names the node that made it, and
     shapes read ``(3,)`` as in the forward view.
+    ``highlight=t`` draws the chain behind a tensor in orange, and
+    ``cut_after={"h.detach()": h}`` marks where a detach of ``h`` would cut.
 ``side_by_side(before, after, caption=...)``
     two pictures as one figure, each with its own caption.
+``stacked(first, second, ..., caption=...)``
+    pictures one under the other, at one scale, so that each keeps the page's
+    width and its labels their size.
 ``plot_picture(fig, alt=...)``
     a matplotlib figure as the same kind of picture: SVG, alt text, caption,
     byte-stable from run to run.
@@ -43,6 +48,7 @@ _EDGE_LINE = re.compile(r"^\t(\w+) -> (\w+)\b")
 # writes Python's "(3,)".
 _TORCHVIZ_SHAPE = re.compile(r"\n \(([\d, ]*)\)")
 _FREED = "after they have already been freed"
+_SVG_WIDTH = re.compile(r'<svg[^>]*\swidth="([\d.]+)pt"')
 
 
 def inline_code(text: str) -> str:
@@ -108,12 +114,18 @@ class Picture:
     alt: str = ""
     caption: str | None = None
 
-    def img_html(self) -> str:
+    @property
+    def width_pt(self) -> float:
+        """The picture's own width in points, as its SVG declares it."""
+        found = _SVG_WIDTH.search(self.svg)
+        return float(found.group(1)) if found else 0.0
+
+    def img_html(self, max_width: str = "100%") -> str:
         data = base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
         # The white background keeps black graph lines readable in dark mode.
         return (
             f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(self.alt)}" '
-            'style="background:#fff;max-width:100%;height:auto;padding:4px">'
+            f'style="background:#fff;max-width:{max_width};height:auto;padding:4px">'
         )
 
     def _repr_html_(self) -> str:
@@ -157,6 +169,43 @@ def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide
     return SideBySide(before, after, caption)
 
 
+@dataclass(frozen=True)
+class Stack:
+    """Pictures one under the other, each with its caption, plus one overall caption.
+
+    They share one scale: where the widest must shrink to fit the page, every
+    other shrinks by the same factor, so that equal boxes stay equal.
+    """
+
+    pictures: tuple[Picture, ...]
+    caption: str
+
+    def _repr_html_(self) -> str:
+        widest = max(p.width_pt for p in self.pictures) or 1.0
+        rows = "".join(
+            '<figure style="margin:0 0 1em 0">'
+            f"{p.img_html(max_width=f'{100 * p.width_pt / widest:.1f}%')}"
+            f"<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
+            for p in self.pictures
+        )
+        caption = f"<figcaption>{inline_code(self.caption)}</figcaption>"
+        return f'<figure class="gradient-graph-stack">{rows}{caption}</figure>'
+
+
+def stacked(*pictures: Picture, caption: str) -> Stack:
+    """Show pictures as one figure, one under the other, at one scale."""
+    if len(pictures) < 2:
+        raise ValueError("stacked needs at least two pictures; show a single one as it is")
+    for n, pic in enumerate(pictures, 1):
+        if not isinstance(pic, Picture):
+            raise TypeError(f"picture {n} must be a Picture, got {type(pic).__name__}")
+        if not pic.caption:
+            raise ValueError(f"picture {n} needs its own caption, e.g. 'without detach'")
+    if not isinstance(caption, str) or not caption.strip():
+        raise ValueError("the figure needs a caption saying what changed between the pictures")
+    return Stack(tuple(pictures), caption)
+
+
 def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
     """A matplotlib figure as a Picture (the figure is closed, so it shows only once)."""
     import matplotlib.pyplot as plt
@@ -178,6 +227,17 @@ def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
 # The backward graph: torchviz draws it; we name what it leaves unnamed.
 
 
+@dataclass(frozen=True, repr=False)
+class BackwardPicture(Picture):
+    """A backward graph, with what its marks show as data (for the chapters' checks)."""
+
+    highlighted: tuple[str, ...] = ()  # sorted type names of the orange nodes
+    cuts: frozenset[tuple[str, str]] = frozenset()  # (cut label, type of the node after it)
+
+    def __repr__(self) -> str:
+        return f"BackwardPicture(highlighted={list(self.highlighted)}, cuts={sorted(self.cuts)})"
+
+
 def backward_graph(
     output: torch.Tensor,
     *,
@@ -185,7 +245,9 @@ def backward_graph(
     caption: str | None = None,
     names: dict[str, torch.Tensor] | None = None,
     show_saved: bool = False,
-) -> Picture:
+    highlight: torch.Tensor | None = None,
+    cut_after: dict[str, torch.Tensor] | None = None,
+) -> BackwardPicture:
     """torchviz's backward graph of ``output`` as a byte-stable SVG picture.
 
     ``names`` maps labels to tensors: a leaf's box shows its label, and a
@@ -193,11 +255,12 @@ def backward_graph(
     (``{"z1 = f(x1)": z1}``). The output's box shows its name from ``names``,
     else the caller's variable name for it, else "output". ``show_saved=True``
     also draws the tensors each node saved for backward; after ``backward()``
-    has freed them this raises ``ValueError`` saying so.
+    has freed them this raises ``ValueError`` saying so. ``highlight=t`` fills
+    the nodes behind ``t`` (leaves aside) in orange; ``cut_after={"h.detach()": h}``
+    draws each edge out of ``h``'s node as a red dashed cut with that label.
     """
-    output = check_output(output)
-    alt = check_alt(alt)
-    names = _checked_names(names)
+    output, alt, names = check_output(output), check_alt(alt), _checked_names(names)
+    cut_after = _checked_names(cut_after)
     output_name = _output_name(output, names, sys._getframe(1))
     labels = {output_name: output, **{k: v for k, v in names.items() if v is not output}}
     drawn = backward_nodes(output)
@@ -205,8 +268,46 @@ def backward_graph(
         dot = _make_dot(output, labels, show_saved)
     for label, tensor in names.items():
         _name_node(dot, drawn, label, tensor, is_output=tensor is output)
+    orange = _highlight(dot, drawn, highlight)
+    cuts = {cut for label, t in cut_after.items() for cut in _mark_cut(dot, drawn, label, t)}
     dot.graph_attr.update(bgcolor="white")
-    return Picture(svg=svg(_stable_source(dot)), alt=alt, caption=caption)
+    return BackwardPicture(
+        svg=svg(_stable_source(dot)),
+        alt=alt,
+        caption=caption,
+        highlighted=orange,
+        cuts=frozenset(cuts),
+    )
+
+
+def _highlight(dot, drawn: set, tensor: torch.Tensor | None) -> tuple[str, ...]:
+    """Fill the drawn nodes behind ``tensor`` in orange; their sorted type names."""
+    if tensor is None:
+        return ()
+    if not isinstance(tensor, torch.Tensor) or tensor.grad_fn is None:
+        raise ValueError("highlight takes a computed tensor of the graph (one with a grad_fn)")
+    chain = [n for n in backward_nodes(tensor) & drawn if not hasattr(n, "variable")]
+    for node in chain:
+        dot.node(str(id(node)), fillcolor=palette.ORANGE_FILL, color=palette.ORANGE, penwidth="2")
+    return tuple(sorted(type(node).__name__ for node in chain))
+
+
+def _mark_cut(dot, drawn: set, label: str, tensor: torch.Tensor) -> list[tuple[str, str]]:
+    """Redraw each edge from ``tensor``'s node to a node that used it as a red dashed cut."""
+    node = tensor.grad_fn
+    if node is None or node not in drawn:
+        raise ValueError(f"cut_after[{label!r}]: that tensor's node is not in this graph")
+    users = [n for n in drawn if (node, tensor.output_nr) in (n.next_functions or ())]
+    edge = re.compile(rf"^\t{id(node)} -> ({'|'.join(str(id(u)) for u in users)})$")
+    style = f' [color="{palette.RED}" fontcolor="{palette.RED}" style=dashed penwidth=2'
+    style += " fontname=monospace fontsize=10"
+    dot.body = [
+        line.rstrip("\n") + style + f' label="✂ {label}"]\n'
+        if edge.match(line.rstrip("\n"))
+        else line
+        for line in dot.body
+    ]
+    return [(label, type(u).__name__) for u in users]
 
 
 def _checked_names(names) -> dict[str, torch.Tensor]:
