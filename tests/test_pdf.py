@@ -50,7 +50,7 @@ ASSERTED = {
         'gp.grad_state({"G": G, "D": D}) == {"G": "None", "D": "non-zero"}',
         r"^\{'G': 'None', 'D': 'non-zero'\}$",
     ),
-    "09-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
+    "11-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
 }
 
 
