@@ -186,6 +186,74 @@ def test_side_by_side_at_one_scale_shares_the_row_by_width():
         gp.pictures.svg_width("<svg viewBox='0 0 1 1'></svg>")
 
 
+def test_stacked_shows_every_picture_at_one_scale():
+    wide = gp.backward_graph(long_chain(6), alt="wide graph", caption="six steps")
+    small = gp.backward_graph(small_graph()[1], alt="small graph", caption="`x * x.sigmoid()`")
+    shown = gp.stacked(wide, small, caption="Two graphs, one scale")._repr_html_()
+    assert shown.count("<img") == 2 and "<code>x * x.sigmoid()</code>" in shown
+    widths = [float(w) for w in re.findall(r"max-width:([\d.]+)%", shown)]
+    # The widest may take the page's width; the other shrinks by the same factor.
+    assert widths[0] == 100.0 if wide.width_pt >= small.width_pt else widths[1] == 100.0
+    ratio = min(wide.width_pt, small.width_pt) / max(wide.width_pt, small.width_pt)
+    assert min(widths) == pytest.approx(100 * ratio, abs=0.1)
+
+
+def test_stacked_rejects_bad_input():
+    pic = gp.backward_graph(small_graph()[1], alt="graph", caption="a")
+    with pytest.raises(ValueError, match="at least two"):
+        gp.stacked(pic, caption="c")
+    with pytest.raises(TypeError, match="picture 2 must be a Picture"):
+        gp.stacked(pic, "not a picture", caption="c")
+    with pytest.raises(ValueError, match="picture 2 needs its own caption"):
+        gp.stacked(pic, gp.backward_graph(small_graph()[1], alt="graph"), caption="c")
+    with pytest.raises(ValueError, match="needs a caption"):
+        gp.stacked(pic, pic, caption=" ")
+
+
+def long_chain(steps: int, start=None):
+    """A recurrent chain: h = tanh(h @ w) ``steps`` times, summed."""
+    w = torch.ones(2, 2, requires_grad=True) if start is None else start[1]
+    h = torch.ones(1, 2) if start is None else start[0]
+    for _ in range(steps):
+        h = torch.tanh(h @ w)
+    return h.sum()
+
+
+def test_highlight_fills_exactly_the_chain_behind_a_tensor():
+    w = torch.ones(2, 2, requires_grad=True)
+    h = torch.ones(1, 2)
+    for _ in range(2):
+        h = torch.tanh(h @ w)
+    first = h
+    loss = long_chain(3, start=(first, w))
+    pic = gp.backward_graph(loss, alt="graph", highlight=first)
+    assert pic.highlighted == ("MmBackward0",) * 2 + ("TanhBackward0",) * 2
+    assert pic.svg.count(gp.palette.ORANGE_FILL) == 4
+    plain = gp.backward_graph(loss, alt="graph")
+    assert plain.highlighted == () and gp.palette.ORANGE_FILL not in plain.svg
+
+
+def test_cut_after_marks_each_edge_out_of_the_tensor_s_node():
+    w = torch.ones(2, 2, requires_grad=True)
+    h = torch.tanh(torch.ones(1, 2) @ w)
+    loss = (h @ w).sum() + h.sum()  # h is used twice: two cut edges
+    pic = gp.backward_graph(loss, alt="graph", cut_after={"h.detach()": h})
+    assert pic.cuts == {("h.detach()", "MmBackward0"), ("h.detach()", "SumBackward0")}
+    assert svg_texts(pic.svg).count("✂ h.detach()") == 2
+    assert "✂" not in "".join(svg_texts(gp.backward_graph(loss, alt="graph").svg))
+
+
+def test_marks_reject_tensors_outside_the_graph():
+    x, loss = small_graph()
+    other = torch.ones(2, requires_grad=True) * 2
+    with pytest.raises(ValueError, match="not in this graph"):
+        gp.backward_graph(loss, alt="graph", cut_after={"other": other})
+    with pytest.raises(ValueError, match="highlight takes a computed tensor"):
+        gp.backward_graph(loss, alt="graph", highlight=x)
+    with pytest.raises(TypeError, match="not tensors"):
+        gp.backward_graph(loss, alt="graph", cut_after={"h": 3})
+
+
 def test_long_chain_draws_without_recursion_error():
     x = torch.ones(1, requires_grad=True)
     y = x
