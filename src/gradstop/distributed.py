@@ -256,14 +256,7 @@ class Cluster:
                     timeout=min(deadline - now, 0.5)
                 )
             except queue.Empty:
-                dead = [r for r, p in enumerate(self._processes) if not p.is_alive()]
-                dead = [r for r in dead if r not in answers]
-                if dead:
-                    codes = {r: self._processes[r].exitcode for r in dead}
-                    self._kill()
-                    raise RuntimeError(
-                        f"{what}: rank(s) {dead} exited without an answer (exit codes {codes})"
-                    ) from None
+                self._fail_if_dead(what, answers)
                 continue
             if got == number:
                 answers[rank] = (status, payload)
@@ -271,6 +264,16 @@ class Cluster:
                 if status == "error":
                     deadline = min(deadline, time.monotonic() + GRACE)
         return answers
+
+    def _fail_if_dead(self, what: str, answers: dict) -> None:
+        """RuntimeError if a rank that has not answered has exited."""
+        dead = [r for r, p in enumerate(self._processes) if not p.is_alive() and r not in answers]
+        if dead:
+            codes = {r: self._processes[r].exitcode for r in dead}
+            self._kill()
+            raise RuntimeError(
+                f"{what}: rank(s) {dead} exited without an answer (exit codes {codes})"
+            )
 
     def _rejoin(self) -> None:
         """Every rank leaves its process group and joins a new one (after an error)."""
