@@ -59,6 +59,14 @@ ASSERTED = {
         r"^\[0\.0\]$",
     ),
     "11-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
+    "12-ddp": (
+        'seen[0]["tensor hook"] == [2.0] * 3 and seen[1]["tensor hook"] == [4.0] * 3',
+        r"^rank 0: its hook saw \[2\.0, 2\.0, 2\.0\], \.grad then held \[3\.0, 3\.0, 3\.0\]$",
+    ),
+    "13-compile": (
+        'all(row["w.grad"] == (10 * x**2).tolist() for row in grads.values())',
+        r"^inductor +\[10\.0, 40\.0, 90\.0\] +CompiledFunctionBackward$",
+    ),
 }
 
 
