@@ -101,7 +101,6 @@ def test_a_posts_own_printed_lines_may_keep_their_width():
     assert shape.wide_lines == 1
 
 
-
 def test_a_figure_caption_wraps_and_is_not_a_wide_line():
     figure = '<div class="cell_output"><div class="output text_html"><figure><img alt="a">'
     figure += f"<figcaption>{'c' * 200}</figcaption></figure></div></div>"

@@ -301,13 +301,8 @@ def backward_graph(
     cuts = {cut for label, t in cut_after.items() for cut in _mark_cut(dot, drawn, label, t)}
     _draw_cuts(dot, output, cut_edges, cut_label)
     dot.graph_attr.update(bgcolor="white")
-    return BackwardPicture(
-        svg=svg(_stable_source(dot)),
-        alt=alt,
-        caption=caption,
-        highlighted=orange,
-        cuts=frozenset(cuts),
-    )
+    source = _stable_source(dot)
+    return BackwardPicture(svg(source), alt, caption, orange, frozenset(cuts))
 
 
 def _highlight(dot, drawn: set, tensor: torch.Tensor | None) -> tuple[str, ...]:
