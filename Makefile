@@ -46,7 +46,7 @@ test: lint
 lint:
 	@scripts/setup-env dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check src/gradstop/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
+	$(BIN)/ruff format --check src/gradstop/*.py src/gradstop/*/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
 	$(BIN)/python scripts/check-notebooks
 
 bench:
