@@ -1230,3 +1230,41 @@ def test_diagnose_step_without_backward_says_where_to_put_it():
     with gp.diagnose_step(model, show=False) as step:
         model(INPUTS).sum()
     assert step.losses == () and "Put loss.backward() inside the block" in str(step)
+
+
+def test_diagnose_step_explains_an_in_place_error_and_names_the_change(capsys):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        with gp.diagnose_step(model, optimizer):
+            loss = model(INPUTS).pow(2).mean()
+            loss.backward(retain_graph=True)  # "silences" the second-backward error...
+            optimizer.step()  # ...but the step changes what the graph saved
+            loss.backward()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "What it means: a tensor saved for the gradient was changed in place" in printed, printed
+    assert "Here: 2.weight was changed by add_() (in `optimizer.step()`, line" in printed
+
+
+@pytest.mark.parametrize(
+    "error, words",
+    [
+        ("Trying to backward through the graph a second time (or ...)", "h = h.detach()"),
+        ("grad can be implicitly created only for scalar outputs", "loss.mean()"),
+        ("unsupported operand type(s) for *: 'float' and 'NoneType'", "a .grad was None"),
+        ("a leaf Variable that requires grad is being used in an in-place operation.", "no_grad"),
+        ("something else entirely", ""),
+    ],
+)
+def test_the_errors_readers_meet_are_explained(error, words):
+    from gradstop.diagnosis.errors import explain
+
+    text = explain(error, gp.forward.Recording(), {})
+    assert (words in text) if words else text == ""
+
+
+def test_a_leaf_scaled_at_creation_gets_the_make_it_last_fix_first():
+    w = torch.randn(3, requires_grad=True) * 0.01  # the classic init bug
+    fix = gp.why_no_grad((w * X).sum(), w).sentence.split(": ", 1)[1]
+    assert fix.startswith("if w is meant to be trained, create it as a leaf")

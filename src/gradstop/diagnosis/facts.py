@@ -78,7 +78,7 @@ def facts(
         retains_grad=tensor.retains_grad,
         grad_fn=type(tensor.grad_fn).__name__ if tensor.grad_fn is not None else "",
         leaves_behind=_leaves_behind(tensor),
-        copy_of_leaf=bool(_leaves_behind(tensor)) and len(tensor.grad_fn.next_functions) == 1,
+        copy_of_leaf=_one_leaf(tensor),
         update_like=by_hand,
         reached=reached,
         in_graph=in_graph,
@@ -116,6 +116,22 @@ def _leaves_behind(tensor) -> tuple[str, ...]:
     if not leaves or any(leaf is None for leaf in leaves):
         return ()
     return tuple(f"a {leaf.dtype} leaf of shape {tuple(leaf.shape)}" for leaf in leaves)
+
+
+def _one_leaf(tensor) -> bool:
+    """Made in one step from one leaf alone, or with a number: .to(), a view, * 0.01."""
+    if tensor.grad_fn is None:
+        return False
+    inputs = [node for node, _ in tensor.grad_fn.next_functions if node is not None]
+    if len(inputs) != 1 or getattr(inputs[0], "variable", None) is None:
+        return False
+    if len(tensor.grad_fn.next_functions) == 1:
+        return True
+    try:  # w * 0.01 saves the number as a 0-dim tensor
+        other = getattr(tensor.grad_fn, "_saved_other", None)
+    except RuntimeError:  # freed by a backward() already
+        return False
+    return isinstance(other, torch.Tensor) and other.dim() == 0
 
 
 def _update_like(tensor) -> bool:

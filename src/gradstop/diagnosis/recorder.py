@@ -141,7 +141,7 @@ def after(recording: Recording, func, args, kwargs, result, call) -> None:
         return
     if not call.grad_enabled:
         call.region = _region()
-    if _cuts(recording, call) or call in recording.exits:
+    if _cuts(recording, call) or _in_place(recording, call) or call in recording.exits:
         call.where = _where()
 
 
@@ -157,6 +157,12 @@ def _cuts(recording: Recording, call) -> bool:
     states = recording.states
     taken = any(states[i].grad_fn is not None or states[i].requires_grad for i in call.inputs)
     return taken and any(states[o].grad_fn is None for o in call.outputs)
+
+
+def _in_place(recording: Recording, call) -> bool:
+    """Did ``call`` change one of its inputs in place (``mul_``, ``+=``, an optimizer's step)?"""
+    inputs = {id(recording.states[i].tensor) for i in call.inputs}
+    return any(id(recording.states[o].tensor) in inputs for o in call.outputs)
 
 
 def _note_module(recording: Recording, getter: str, result) -> None:

@@ -97,14 +97,15 @@ _UNRECORDED = (
 
 _ZEROS_SEEN = (
     " (all zeros, and no tensor or module hook seen on the path: look at the derivative "
-    "itself, such as a flat step like round() or a ReLU that is off for every input, or "
-    "at a zero_grad(set_to_none=False) with no backward() since)"
+    "itself, such as a flat step like round(), a clamp() past its bound or a ReLU that is "
+    "off for every input, or at a zero_grad(set_to_none=False) with no backward() since)"
 )
 
 _ZEROS_UNSEEN = (
-    " (all zeros: a flat step on the path, such as round() or a ReLU that is off for "
-    "every input, a zero_grad(set_to_none=False) with no backward() since, or a hook on "
-    "an intermediate result could do that; those hooks are seen only with recording=rec)"
+    " (all zeros: a flat step on the path, such as round(), a clamp() past its bound or a "
+    "ReLU that is off for every input, a zero_grad(set_to_none=False) with no backward() "
+    "since, or a hook on an intermediate result could do that; those hooks are seen only "
+    "with recording=rec)"
 )
 
 _COMPILED_OK = (

@@ -26,6 +26,7 @@ import torch
 from ..forward import Recording, _Recorder
 from . import names as naming
 from . import recorded
+from .errors import explain
 from .recorder import passes
 from .report import Diagnosis, diagnose, module_notes
 from .rules import Reason
@@ -54,6 +55,7 @@ class StepReport:
     notes: tuple[str, ...] = ()
     error: str = ""
     optimizer: bool = False  # was an optimizer given (so steps are counted)?
+    explained: str = ""  # what the error means, and its fix
     recording: Recording | None = field(default=None, repr=False)
 
     @property
@@ -206,6 +208,9 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.optimizer = watch.optimizer is not None
     found.notes = module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
+    found.explained = (
+        explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
+    )
     found.recording = recording
 
 
@@ -299,7 +304,9 @@ def _lines(report: StepReport) -> list[str]:
     )
     lines = [f"diagnose_step: {ran}{steps}."]
     if report.error:
-        lines.append(textwrap.fill(f"The block raised {report.error}", 78, subsequent_indent="  "))
+        said = f"The block raised {report.error.split(' Hint:')[0]}"
+        said += f" What it means: {report.explained}." if report.explained else ""
+        lines.append(textwrap.fill(said, 78, subsequent_indent="  "))
     fine = [r.name for r in report.rows if r.diagnosis is not None and not r.problem]
     if fine:
         moved = ", and optimizer.step() changed it" if report.steps else ""
