@@ -21,7 +21,6 @@ NOT_YET = {
     "notebooks/04-choosing",
     "notebooks/05-hooks",
     "notebooks/06-simsiam",
-    "notebooks/07-why-no-grad",
     "notebooks/08-who-trains",
     "notebooks/09-rewritten",
 }

@@ -135,13 +135,22 @@ def _one_leaf(tensor) -> bool:
 
 
 def _update_like(tensor) -> bool:
-    """``w = w - lr * w.grad`` seen in the graph: one leaf that holds a .grad, and a constant."""
-    if tensor.grad_fn is None:
+    """``w = w - lr * w.grad`` seen in the graph and the values: a sum or difference of
+    one leaf and a constant, the constant a multiple of that leaf's ``.grad``."""
+    node = tensor.grad_fn
+    if type(node).__name__ not in ("SubBackward0", "AddBackward0"):
         return False
-    inputs = [node for node, _ in tensor.grad_fn.next_functions]
-    leaves = [getattr(node, "variable", None) for node in inputs if node is not None]
-    has_grad = len(leaves) == 1 and leaves[0] is not None and leaves[0].grad is not None
-    return has_grad and None in inputs
+    inputs = [n for n, _ in node.next_functions]
+    leaves = [getattr(n, "variable", None) for n in inputs if n is not None]
+    if len(leaves) != 1 or leaves[0] is None or None not in inputs:
+        return False
+    leaf, grad = leaves[0], leaves[0].grad
+    if grad is None or grad.shape != tensor.shape or not grad.any():
+        return False
+    step = (leaf - tensor).detach().flatten()
+    flat = grad.flatten()
+    scale = (step @ flat) / (flat @ flat)
+    return bool(scale != 0) and torch.allclose(step, scale * flat)
 
 
 def _opaque(nodes) -> tuple[str, ...]:

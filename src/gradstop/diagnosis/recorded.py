@@ -164,7 +164,9 @@ class Links:
 
 
 def links(recording: Recording, output, tensor) -> Links:
-    states, calls = recording.states, recording.calls + _new_leaves(recording)
+    # An optimizer's step is not part of the forward pass: its calls are left out.
+    steps = [c for c in recording.calls if c.region != recorder.STEP]
+    states, calls = recording.states, steps + _new_leaves(recording)
     mine = {i for i, s in enumerate(states) if s.tensor is tensor}
     outs = {i for i, s in enumerate(states) if s.tensor is output}
     ahead: dict[int, set[int]] = {}

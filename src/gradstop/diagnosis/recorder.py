@@ -39,6 +39,9 @@ _LIBRARIES = tuple(
 )
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
+_OPTIM = os.path.join("torch", "optim", "")
+# The region of a call an optimizer's step made: not part of the forward pass.
+STEP = "optimizer.step()"
 
 
 @dataclass(frozen=True)
@@ -188,13 +191,15 @@ def _note_module(recording: Recording, getter: str, result) -> None:
 
 
 def _region() -> str:
-    """The custom autograd Function whose forward is running, if any."""
+    """The custom autograd Function whose forward is running, or an optimizer's step."""
     frame = sys._getframe(2)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "apply" and code.co_filename.endswith(_FUNCTION_FILE):
             cls = frame.f_locals.get("cls")
             return getattr(cls, "__name__", "")
+        if _OPTIM in code.co_filename:
+            return STEP
         frame = frame.f_back
     return ""
 

@@ -220,14 +220,11 @@ def module_notes(model, recording) -> tuple[str, ...]:
     """Backward hooks of the model's modules that a recording shows did not run."""
     if recording is None:
         return ()
-    from .recorder import module_calls
+    from .recorder import STEP, module_calls
 
     ran = {id(c.module) for c in module_calls(recording).values()}
-    used = {
-        id(s.tensor)
-        for call in recording.calls
-        for s in map(recording.states.__getitem__, call.inputs)
-    }
+    forward = [c for c in recording.calls if c.region != STEP]  # not the optimizer's
+    used = {id(recording.states[i].tensor) for c in forward for i in c.inputs}
     notes = []
     for name, module in model.named_modules():
         hooked = module._backward_hooks or module._backward_pre_hooks

@@ -25,8 +25,8 @@ SENTENCES = {
     "(handle.remove()).",
     Reason.PARTIAL: "backward() from {output} reaches {tensor}, but not along every path: "
     "{lost}; so {tensor}.grad holds only part of the gradient of {output}. If that cut is "
-    "meant (a stop-gradient, a target), this is right; if not, use the tensor itself there, "
-    "in torch operations. The recorded uses of {tensor}: {uses}.",
+    "meant (a stop-gradient, a target), this is right; if not, {lost_fix}. The recorded "
+    "uses of {tensor}: {uses}.",
     Reason.NOT_ACCUMULATED: "backward() from {output} reaches {tensor}, but the backward call "
     "recorded fills no .grad for it: {passes}.",
     Reason.UNREGISTERED: "backward() from {output} reaches {tensor}, but {tensor} is not a "
@@ -175,6 +175,7 @@ def _fields(f: Facts) -> dict[str, str]:
         "non_leaf_fix": _non_leaf_fix(f),
         "graphless": _GRAPHLESS.format(output=f.output) if f.graphless else "",
         "lost": _lost_text(f),
+        "lost_fix": _lost_fix(f),
         "uses": "; ".join(trace.uses) if trace else "",
         "passes": _passes_text(f),
         "fresh": " and ".join(f.fresh_of),
@@ -288,6 +289,24 @@ def _lost_text(f: Facts) -> str:
             f"which reaches {f.output} with no graph"
         )
     return "; ".join(parts)
+
+
+# The fix for a part of the gradient lost at each kind of cut.
+_PART_FIXES = {
+    "copy": "combine tensors with torch.stack or torch.cat, not torch.tensor",
+    "no_grad": "compute that part outside the no-grad region",
+    "checkpoint": "pass use_reentrant=False to the checkpoint",
+    "integer result": "use a differentiable stand-in for that step",
+    "no derivative": "use a differentiable stand-in for that step",
+}
+
+
+def _lost_fix(f: Facts) -> str:
+    kinds = [cut.kind for cut in f.trace.lost] if f.trace is not None else []
+    fixes = [_PART_FIXES.get(kind, "use the tensor itself there") for kind in kinds]
+    if f.trace is not None and f.trace.round_trip:
+        fixes.append("keep that step in torch operations")
+    return "; ".join(dict.fromkeys(fixes)) or "use the tensor itself there"
 
 
 def _passes_text(f: Facts) -> str:

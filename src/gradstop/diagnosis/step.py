@@ -261,7 +261,8 @@ def _assess(row: StepRow, watch: _Watch) -> tuple[str, str]:
 def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
     """What optimizer.step() did with the tensor, when that is the problem."""
     reached = row.diagnosis.reached
-    if watch.steps and reached and row.in_optimizer is False:
+    unregistered = row.diagnosis.reason is Reason.UNREGISTERED  # its sentence says it all
+    if watch.steps and reached and row.in_optimizer is False and not unregistered:
         return (
             "the gradient arrives, but the optimizer does not hold it",
             "optimizer.step() never changes it: the optimizer holds another tensor (a "
