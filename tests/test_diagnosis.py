@@ -524,7 +524,9 @@ def test_rules_are_a_tree_that_reaches_every_reason():
 
 
 def svg_texts(svg: str) -> list[str]:
-    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+    """Every piece of text in the SVG: whole <text> elements and each <tspan> in them."""
+    pieces = re.findall(r"<(?:text|tspan)[^>]*>([^<]*)</(?:text|tspan)>", svg)
+    return [html.unescape(t).strip() for t in pieces if t.strip()]
 
 
 def test_every_reason_code_appears_in_the_figure():
