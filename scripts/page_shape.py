@@ -173,6 +173,8 @@ def measure(soup: BeautifulSoup, page: str = "") -> Shape:
     for out in article.select("div.cell_output div.output"):
         if {"traceback", "stderr"} & set(out.get("class") or []):
             continue  # long error messages and warnings wrap (book.css)
+        if out.find("pre") is None:
+            continue  # a figure or other HTML output: its caption and text wrap
         wide += [len(line) for line in _lines(out) if len(line) > WIDTH]
     with_output = [c for c in shown if _cell_output(c) is not None]
     with_output += [

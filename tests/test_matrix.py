@@ -72,7 +72,9 @@ def test_intro_line_lists_versions_from_the_matrix_result(tmp_path):
 
     edited = "notebooks/02-detach.ipynb"
     result.write_text(json.dumps(result_with(matched_run(inputs, changed=[edited]))))
-    assert "chapters changed since: 02-detach)" in build_stamp.verified_with(ROOT, result)
+    line = build_stamp.verified_with(ROOT, result)
+    assert "chapters changed since: 02-detach)" in line
+    assert line.startswith(f"{ours} and torch 2.14.1 for an earlier version of the book (")
 
     mismatch = matched_run(inputs)
     mismatch["matched"] = False

@@ -5,7 +5,9 @@
   typed into the prose;
 - ``{{ verified_with }}``: every torch version the chapters were verified with,
   this build's own and each one whose ``make matrix`` run matched it, read from
-  the matrix's last result (``book/torch-matrix.json``, see scripts/matrix.py);
+  the matrix's last result (``book/torch-matrix.json``, see scripts/matrix.py); a
+  run made before a chapter or the helper code changed is said to verify "an earlier
+  version of the book", and the changes are listed;
 - on every executed page (the chapters), a line under the title saying which torch
   ran its code and when: the date of the execution itself, as recorded by MyST-NB
   (a chapter served from the execution cache keeps the date it really ran);
@@ -61,8 +63,11 @@ def verified_with(root: Path, result_file: Path | None = None) -> str:
             if result.get("helpers") != now["helpers"]:
                 since.append("the helper code changed since")
             note = f"; {'; '.join(since)}" if since else ""
+            # A run of older chapters verified those, not the pages built now.
+            which = " for an earlier version of the book" if since else ""
             matched.append(
-                f"torch {version} (`make matrix` of {result['date']}: every output the same{note})"
+                f"torch {version}{which} (`make matrix` of {result['date']}: "
+                f"every output the same{note})"
             )
         else:
             cells = sum(len(c["differences"]) for c in run["chapters"].values())
