@@ -180,6 +180,29 @@ class _Recorder(TorchFunctionMode):
 
 
 @contextlib.contextmanager
+def _noting_from_numpy(recording: Recording):
+    """``torch.from_numpy`` is one of the functions a TorchFunctionMode never sees.
+
+    While recording, ``torch.from_numpy`` notes the tensor it makes as a call with
+    no tensor input (as ``torch.tensor(array)`` is noted), so a NumPy round trip
+    (``torch.from_numpy(np.exp(h.detach().numpy()))``) is seen coming back.
+    """
+    original = torch.from_numpy
+
+    def from_numpy(array):
+        result = original(array)
+        made = recording.new_state(result, made_by="from_numpy")
+        recording.calls.append(_Call("from_numpy", [], [made], torch.is_grad_enabled()))
+        return result
+
+    torch.from_numpy = from_numpy
+    try:
+        yield
+    finally:
+        torch.from_numpy = original
+
+
+@contextlib.contextmanager
 def record():
     """Record every torch operation run inside the block (results are unchanged).
 
@@ -188,7 +211,7 @@ def record():
     """
     recording = Recording()
     caller = sys._getframe(2)  # the frame running the `with` statement
-    with _Recorder(recording):
+    with _Recorder(recording), _noting_from_numpy(recording):
         yield recording
     recording.names = {
         id(v): k

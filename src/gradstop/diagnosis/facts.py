@@ -150,7 +150,14 @@ def _update_like(tensor) -> bool:
     step = (leaf - tensor).detach().flatten()
     flat = grad.flatten()
     scale = (step @ flat) / (flat @ flat)
-    return bool(scale != 0) and torch.allclose(step, scale * flat)
+    if scale == 0:
+        return False
+    # A step along the gradient: a multiple of it, or one that follows its sign
+    # everywhere (a clipped or rescaled gradient: lr * w.grad.clamp(-1, 1)); a
+    # constant offset (w - 0.5) is neither.
+    signs = torch.sign(step) == torch.sign(scale) * torch.sign(flat)
+    varies = step.unique().numel() > 1
+    return torch.allclose(step, scale * flat) or bool(signs.all() and varies)
 
 
 def _opaque(nodes) -> tuple[str, ...]:
@@ -279,13 +286,30 @@ def _owner(tensor, modules: dict):
     return None
 
 
+def _holders(tensor, modules: dict) -> list:
+    """The modules that hold ``tensor`` as a parameter, their own or a child's: the
+    module itself and every container around it (each once)."""
+    found = {}
+    for module in modules.values():
+        if any(p is tensor for p in module.parameters()):
+            found.setdefault(id(module), module)
+    return list(found.values())
+
+
+def _hooked(module) -> bool:
+    return bool(module._backward_hooks or module._backward_pre_hooks)
+
+
 def _module_hooks(tensor, path, recording, modules) -> tuple[list[str], tuple[str, ...]]:
-    """Module backward hooks on the way, and notes on the tensor's own module.
+    """Module backward hooks on the way, and notes on the modules that hold the tensor.
 
     A full backward hook runs at the node around the module's inputs, and
     changes only what goes on to them; a pre-hook runs at the node around its
-    outputs, before the module's own parameters get theirs. A recording says
-    which node is which; without one, only the tensor's own module is told apart.
+    outputs, before the parameters inside the module get theirs. A recording says
+    which node is which. Without one: a module that holds the tensor (its own
+    module, or a container around it) puts only its output's node on the path, so
+    when the hook nodes on the path are exactly one per such hooked module, only
+    their pre-hooks can change the gradient; otherwise the tool cannot tell.
     """
     nodes = {n for n in path if type(n).__name__ == MODULE_HOOK_NODE}
     calls = list(recorder.module_calls(recording).values()) if recording is not None else []
@@ -299,33 +323,38 @@ def _module_hooks(tensor, path, recording, modules) -> tuple[list[str], tuple[st
                 f"backward pre-hook {hook_name(h)} on {name}" for h in call.hook.user_pre_hooks
             ]
     unseen = nodes - {n for c in calls for n in (c.input_node, c.output_node)}
-    own = _owner(tensor, modules)
-    hooked = own is not None and (own._backward_hooks or own._backward_pre_hooks)
-    if unseen and hooked and len(unseen) == 1:
-        name = _module_name(own, modules)  # the one node is its output's: pre-hooks only
-        found += [
-            f"backward pre-hook {hook_name(h)} on {name}" for h in own._backward_pre_hooks.values()
-        ]
+    holders = [m for m in _holders(tensor, modules) if _hooked(m)]
+    if unseen and holders and len(unseen) == len(holders):
+        for module in holders:  # each node is a holder's output's: pre-hooks only
+            name = _module_name(module, modules)
+            hooks = module._backward_pre_hooks.values()
+            found += [f"backward pre-hook {hook_name(h)} on {name}" for h in hooks]
     elif unseen:
         found.append("a module's backward hook (register_full_backward_hook or its pre-hook)")
-    return found, _own_module_notes(tensor, own, calls, modules)
+    return found, _holder_notes(tensor, holders, calls, modules)
 
 
-def _own_module_notes(tensor, own, calls, modules) -> tuple[str, ...]:
-    if own is None or not own._backward_hooks:
-        return ()
-    name = _module_name(own, modules)
-    notes = [
-        f"{name}'s full backward hook (register_full_backward_hook) cannot change this "
-        f"gradient: it gets grad_input, the gradient for {name}'s inputs, and what it returns "
-        f"goes only to them; {name}'s own parameters get theirs from grad_output (a "
-        "backward pre-hook, register_full_backward_pre_hook, can change that)"
-    ]
-    if any(c.module is own and c.hook.input_tensors_index is None for c in calls):
-        notes.append(
-            f"{name}'s input did not require grad, so its full backward hook gets "
-            "grad_input == (None,) and may return only None (PyTorch warns 'Full backward "
-            "hook is firing when gradients are computed with respect to module outputs "
-            "since no inputs require gradients'): there is no gradient for that input"
+def _holder_notes(tensor, holders, calls, modules) -> tuple[str, ...]:
+    notes = []
+    own = _owner(tensor, modules)
+    for module in holders:
+        if not module._backward_hooks:
+            continue
+        name = _module_name(module, modules)
+        inside = (
+            f"{name}'s own parameters get" if module is own else f"parameters inside {name} get"
         )
+        notes.append(
+            f"{name}'s full backward hook (register_full_backward_hook) cannot change this "
+            f"gradient: it gets grad_input, the gradient for {name}'s inputs, and what it "
+            f"returns goes only to them; {inside} theirs from grad_output (a backward "
+            "pre-hook, register_full_backward_pre_hook, can change that)"
+        )
+        if any(c.module is module and c.hook.input_tensors_index is None for c in calls):
+            notes.append(
+                f"{name}'s input did not require grad, so its full backward hook gets "
+                "grad_input == (None,) and may return only None (PyTorch warns 'Full backward "
+                "hook is firing when gradients are computed with respect to module outputs "
+                "since no inputs require gradients'): there is no gradient for that input"
+            )
     return tuple(notes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from ..forward import Recording
+from ..graph import backward_nodes
 
 
 def names(output, tensor, recording: Recording | None, caller) -> tuple[str, str]:
@@ -102,3 +103,39 @@ def _tensors_held(where: str, value) -> list[tuple[str, torch.Tensor]]:
             f"{where}[{key!r}]" if isinstance(key, str) else f"{where}[{key}]", item
         )
     ]
+
+
+def outside_leaves(losses, known: set[int], caller) -> list[tuple[str, torch.Tensor]]:
+    """Leaves that require grad, that backward() from ``losses`` reaches, and that are
+    not among ``known`` (the model's parameters and the tensors it holds) nor
+    parameters of another module the caller holds: a global or a closure variable
+    the forward pass reads. Each named by the caller's variable holding it, or
+    described.
+    """
+    found: dict[int, tuple[str, torch.Tensor]] = {}
+    # A parameter of another module the caller holds (a copy of the model) is that
+    # module's: the model's own rows then say it is not used.
+    others = {
+        id(p) for m in (known_modules(caller) if caller else {}).values() for p in m.parameters()
+    }
+    known = known | others
+    for loss in losses:
+        if loss.grad_fn is None:
+            continue
+        for node in backward_nodes(loss):
+            t = getattr(node, "variable", None)
+            if not isinstance(t, torch.Tensor) or id(t) in known or id(t) in found:
+                continue
+            name = _bound_name(t, caller) if caller else None
+            shape = tuple(t.shape)
+            found[id(t)] = (name or f"a leaf of shape {shape} outside the model", t)
+    return list(found.values())
+
+
+def _bound_name(obj, caller) -> str | None:
+    """The caller's variable holding ``obj``: a local, else a global (each the only one)."""
+    name = local_name(obj, caller.f_locals, caller.f_globals)
+    if name is not None:
+        return name
+    bound = [k for k, v in caller.f_globals.items() if v is obj and is_name(k)]
+    return bound[0] if len(bound) == 1 else None

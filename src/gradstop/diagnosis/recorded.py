@@ -138,6 +138,7 @@ def op_text(name: str) -> str:
         "tensor": "torch.tensor()",
         "as_tensor": "torch.as_tensor()",
         "asarray": "torch.asarray()",
+        "from_numpy": "torch.from_numpy()",
         "new leaf": "a new leaf made from its memory (nn.Parameter(), copy.deepcopy())",
     }
     return special.get(name, f"{name}()")
@@ -197,12 +198,16 @@ def trace(recording: Recording, output, tensor, output_name: str = "output") -> 
     between = [c for c in g.calls if ahead & set(c.inputs) and g.behind & set(c.outputs)]
     # A custom Function gives what its forward returned a graph: a change that is seen.
     connected = {o for c in g.calls if c.region for o in c.outputs}
+    in_checkpoint = _in_checkpoint(recording, g, output)
+    lost = _lost(g)
+    if in_checkpoint:  # backward recomputes the checkpointed block with grad on: not lost
+        lost = tuple(cut for cut in lost if cut.kind != "checkpoint")
     return Trace(
         used=bool(uses),
         used_with_grad=any(states[i].requires_grad for c in uses for i in g.mine & set(c.inputs)),
         made_by=next((cut for c, cut in g.cuts if g.mine & set(c.outputs)), None),
         cut=on_path[0] if on_path else _legacy_copy(recording, ahead),
-        lost=_lost(g),
+        lost=lost,
         exits=_exits(recording, g, ahead),
         round_trip=_round_trip(recording, g),
         reaches_output=bool(ahead & g.outs),
@@ -211,7 +216,7 @@ def trace(recording: Recording, output, tensor, output_name: str = "output") -> 
         passes=(ran := _passes(recording, output)),
         fills=_fills(ran, tensor),
         from_grad=from_grad(recording, g),
-        in_checkpoint=_in_checkpoint(recording, g, output),
+        in_checkpoint=in_checkpoint,
     )
 
 

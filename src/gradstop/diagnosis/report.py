@@ -185,9 +185,11 @@ def grad_report(loss, model, *, optimizer=None, recording: Recording | None = No
 
     Every registered parameter gets a row, and so does every tensor that requires
     grad and that the model holds without registering it (a layer in a plain list,
-    a tensor attribute): ``model.parameters()`` and so an optimizer built from it
-    miss those. With ``optimizer``, each row also says whether the optimizer holds
-    that very tensor (a parameter replaced after the optimizer was built is not).
+    a tensor attribute), or that backward() reaches outside the model (a global
+    the forward pass reads) and the optimizer does not hold: ``model.parameters()``
+    and so an optimizer built from it miss those. With ``optimizer``, each row also
+    says whether the optimizer holds that very tensor (a parameter replaced after
+    the optimizer was built is not).
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -195,11 +197,12 @@ def grad_report(loss, model, *, optimizer=None, recording: Recording | None = No
         got = type(optimizer).__name__
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {got}")
     check(loss, loss, recording)
-    loss_name = naming.names(loss, loss, recording, sys._getframe(1))[1]
-    return report(loss, loss_name, model, optimizer, recording)
+    caller = sys._getframe(1)
+    loss_name = naming.names(loss, loss, recording, caller)[1]
+    return report(loss, loss_name, model, optimizer, recording, caller)
 
 
-def report(loss, loss_name, model, optimizer, recording) -> GradReport:
+def report(loss, loss_name, model, optimizer, recording, caller=None) -> GradReport:
     """grad_report without the checks (diagnose_step passes its own names)."""
     held = None
     if optimizer is not None:
@@ -208,6 +211,8 @@ def report(loss, loss_name, model, optimizer, recording) -> GradReport:
     rows = []
     candidates = [(n, p, True) for n, p in model.named_parameters(remove_duplicate=False)]
     candidates += [(n, t, False) for n, t in naming.loose_tensors(model).values()]
+    known = {id(t) for _, t, _ in candidates} | (held or set())
+    candidates += [(n, t, False) for n, t in naming.outside_leaves([loss], known, caller)]
     for name, tensor, registered in candidates:
         stepped = None if held is None else id(tensor) in held
         flag = None if registered or stepped else False

@@ -30,8 +30,9 @@ SENTENCES = {
     Reason.NOT_ACCUMULATED: "backward() from {output} reaches {tensor}, but the backward call "
     "recorded fills no .grad for it: {passes}.",
     Reason.UNREGISTERED: "backward() from {output} reaches {tensor}, but {tensor} is not a "
-    "registered parameter of the model (a layer kept in a plain Python list or dict, or a "
-    "tensor attribute that is not an nn.Parameter): model.parameters() does not list it, so "
+    "registered parameter of the model (a layer kept in a plain Python list or dict, a "
+    "tensor attribute that is not an nn.Parameter, or a global the forward pass reads): "
+    "model.parameters() does not list it, so "
     "an optimizer built from it never changes {tensor}, and state_dict(), .to() and "
     "zero_grad() miss it. Wrap layers in nn.ModuleList or nn.ModuleDict and tensors in "
     "nn.Parameter (if it is an input whose gradient you want, this is fine).",
@@ -72,7 +73,9 @@ SENTENCES = {
     Reason.NOT_DIFFERENTIABLE: "{cut}, {flat}{graphless}: {stand_in}.",
     Reason.LEFT_TORCH: "no recorded operation carries {tensor} to {output}: its values left "
     "PyTorch through {exits}, and a Python number or NumPy array carries no graph{graphless}. "
-    "If that value was used to compute {output}, keep that computation in torch operations; "
+    "If that value was used to compute {output}, keep that computation in torch operations "
+    "(to make one tensor of several, torch.stack(list) or torch.cat(list), never "
+    "torch.tensor(list), torch.Tensor(list) or a number's .item()); "
     "if it was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
     "computed and never added): add it to {output}.",
     Reason.RECOMPUTED: "{tensor} is computed afresh from {fresh} each time it is read (a "

@@ -193,14 +193,18 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     model = watch.model
     modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
     held, rows = watch.held(), []
-    for name, tensor, registered in watch.candidates:
+    candidates = list(watch.candidates)
+    if model is not None:
+        known = {id(t) for _, t, _ in candidates} | (held or set())
+        outside = naming.outside_leaves(losses, known, caller)
+        candidates += [(n, t, False) for n, t in outside]
+    for name, tensor, registered in candidates:
         in_optimizer = None if held is None else id(tensor) in held
         flag = False if registered is False and not in_optimizer else None
         diagnosis = _best(losses, loss_names, tensor, name, recording, modules, flag)
         at_step = watch.at_step.get(id(tensor), "None") if watch.steps and in_optimizer else ""
-        changed = (
-            None if not watch.steps else not torch.equal(watch.before[id(tensor)], tensor.detach())
-        )
+        before = watch.before.get(id(tensor))  # None: first seen in the graph
+        changed = None if not watch.steps or before is None else not torch.equal(before, tensor)
         row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
         verdict, problem = _assess(row, watch)
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
