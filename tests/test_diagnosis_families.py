@@ -495,3 +495,18 @@ def test_a_constant_offset_of_a_leaf_with_a_grad_is_not_called_a_manual_update()
     found = gp.why_no_grad((shifted * X).sum(), shifted)
     assert found.reason is Reason.NON_LEAF and "computed from a .grad" not in found.sentence
     assert "retain_grad()" in found.sentence.split(": ", 1)[1][:60]
+
+
+def test_the_second_manual_step_fails_and_diagnose_step_says_why(capsys):
+    w = leaf()
+    expected = pytest.warns(UserWarning, match="not a leaf Tensor is being accessed")
+    with pytest.raises(TypeError, match="unsupported operand"), expected:
+        for _ in range(2):  # the loop a reader writes; the second pass raises
+            with gp.diagnose_step(tensors={"w": w}):
+                loss = ((w * X).sum() - 1).pow(2)
+                loss.backward()
+                w = w - 0.1 * w.grad
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "'NoneType'. What it means: a .grad was None" in printed
+    assert "w: not a leaf: .grad is not kept (NON_LEAF)" in printed
+    assert "with torch.no_grad(): w -= lr * w.grad" in printed

@@ -310,7 +310,8 @@ def _lines(report: StepReport) -> list[str]:
     lines = [f"diagnose_step: {ran}{steps}."]
     if report.error:
         said = f"The block raised {report.error.split(' Hint:')[0]}"
-        said += f" What it means: {report.explained}." if report.explained else ""
+        stop = "" if said.endswith((".", "!", "?")) else "."
+        said += f"{stop} What it means: {report.explained}." if report.explained else ""
         lines.append(textwrap.fill(said, 78, subsequent_indent="  "))
     fine = [r.name for r in report.rows if r.diagnosis is not None and not r.problem]
     if fine:
