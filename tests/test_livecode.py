@@ -192,20 +192,23 @@ def live_code_problems(visit: PageVisit, timeout_ms: int) -> list[str]:
         return [f"no kernel: Thebe's status is {page.evaluate(STATUS)!r}"]
     if page.locator(PRINTED).count():
         return ["printed output shown before any cell ran: the check could not tell"]
-    run = page.locator(".thebelab-run-button")
+    # the cells a reader sees: a folded check (tag "check") is run from its own fold
+    cells = page.locator("div.cell:not(.tag_check) .thebelab-cell")
     expected = [
         (0, None, f"torch {torch.__version__}"),  # the first cell prints the version
-        (1, None, "tensor([[1., 1.],"),  # the second prints x
+        (1, None, "grad_fn=<SumBackward0>"),  # the short answer's example prints its loss
+        (2, None, "tensor([[1., 1.],"),  # the next prints x
         # an edited cell: only this kernel, with x still defined, can print this
-        (2, "print(x.sum() * 21)", "tensor(84."),
+        (3, "print(x.sum() * 21)", "tensor(84."),
     ]
     problems = []
     for index, new_source, text in expected:
+        cell = cells.nth(index)
         if new_source is not None:
-            page.locator(".thebelab-cell .CodeMirror").nth(index).click()
+            cell.locator(".CodeMirror").click()
             page.keyboard.press("Control+A")
             page.keyboard.type(new_source)
-        run.nth(index).click()
+        cell.locator(".thebelab-run-button").click()
         try:
             page.locator(PRINTED, has_text=text).wait_for(timeout=timeout_ms)
         except PlaywrightTimeout:

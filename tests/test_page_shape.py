@@ -15,8 +15,6 @@ import page_shape
 # Chapters whose issue has not yet put them on the reader's path: their figures are
 # printed, not enforced. Each chapter leaves this list in the commit that reshapes it.
 NOT_YET = {
-    "notebooks/03-detach-inplace",
-    "notebooks/04-choosing",
     "notebooks/05-hooks",
     "notebooks/06-simsiam",
     "notebooks/07-why-no-grad",

@@ -183,13 +183,24 @@ def test_pdf_has_every_chapter_its_output_and_a_numbered_contents(pdf, pdf_pages
     print(f"{pdf.name}: {len(pdf_pages)} pages, {pdf.stat().st_size / 1e6:.1f} MB")
 
 
+def main_path_captions(page) -> list:
+    """The captions of a built page's figures on its main path: a picture inside a
+    "Going deeper" box is one click away on the site and, like the box, folded in the
+    PDF, which prints the main path (only the box's title line shows)."""
+    return [
+        caption
+        for caption in page.select("figure figcaption")
+        if caption.find_parent("details", class_="going-deeper") is None
+    ]
+
+
 def test_pdf_pictures_are_vector_with_their_captions(pdf, pdf_pages, built_book):
     assert pdf_bitmaps(PdfReader(pdf)) == svg_bitmaps(built_book), "a picture became a bitmap"
     text = "".join(pdf_pages)
     captions = [
         caption.get_text(" ").strip()
         for notebook in nbcheck.toc_notebooks()
-        for caption in nbcheck.built_page(built_book, notebook).select("figure figcaption")
+        for caption in main_path_captions(nbcheck.built_page(built_book, notebook))
     ]
     assert len(captions) >= 10
     assert [c for c in captions if squeeze(c) not in text] == []
