@@ -4,7 +4,6 @@ import re
 import sys
 
 import nbformat
-import yaml
 from test_notebooks import build_run
 
 import claims
