@@ -20,10 +20,29 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, serve
 
 PAGES = nbcheck.toc_files()
 VIEWPORT = {"width": 1300, "height": 1000}  # as tests/test_browser.py's visits
-# Pages whose pictures are still drawn too small, and who is redrawing them: their
-# measures are printed, not enforced. Each page leaves this set in the commit that
-# makes its pictures readable.
-NOT_YET: set[str] = set()
+# Pages whose pictures are still drawn too small, measured on 2026-12-02 (window 1300 px,
+# column 680 px): expected to fail, visibly (pytest reports them as xfail, and as a
+# failure once they pass, so that each page leaves this dict in the commit that makes
+# its pictures readable). Their pages belong to other helpers; the reason says what
+# is too small.
+NOT_YET = {
+    "notebooks/05-hooks": "a two-panel plot 852 px wide drawn 680 px: 5 of 27 labels "
+    "under 10 px, smallest 7.4 px (chapters 5-7, their helper)",
+    "notebooks/06-simsiam": "a four-panel plot 854 px wide drawn 680 px: 14 of 74 labels "
+    "under 10 px, smallest 7.4 px (chapters 5-7, their helper)",
+    "notebooks/07-why-no-grad": "the why_no_grad decision tree 1012 px wide drawn 680 px: "
+    "all 112 labels under 10 px, smallest 8.1 px (chapters 5-7, their helper)",
+    "notebooks/08-who-trains": "six side-by-side graphs 535-743 px wide drawn 308 px: "
+    "all labels under 10 px, smallest 5.5 px (issue 27, the Part V rewrite)",
+    "notebooks/09-rewritten": "six side-by-side graphs 468-1140 px wide drawn 308 px: "
+    "all labels under 10 px, the WGAN-GP graph's smallest 3.6 px (issue 27, Part V)",
+}
+
+
+def page_param(doc):
+    if doc in NOT_YET:
+        return pytest.param(doc, marks=pytest.mark.xfail(reason=NOT_YET[doc], strict=True))
+    return doc
 
 
 @pytest.fixture(scope="module")
@@ -59,16 +78,13 @@ def measured(built_book, browser):
     return found
 
 
-@pytest.mark.parametrize("doc", PAGES)
+@pytest.mark.parametrize("doc", [page_param(doc) for doc in PAGES])
 def test_picture_labels_are_at_least_10_px(measured, doc):
-    if doc in NOT_YET:
-        print(f"{doc} (not enforced yet): {measured[doc]}")
-        return
     assert measured[doc] == [], "\n".join(measured[doc])
 
 
 def test_not_yet_lists_only_pages_of_the_book():
-    assert NOT_YET <= set(PAGES)
+    assert set(NOT_YET) <= set(PAGES), set(NOT_YET) - set(PAGES)
 
 
 # --- the measure itself, on hand-made pictures ----------------------------------------
