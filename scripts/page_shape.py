@@ -35,10 +35,15 @@ BUDGET = {
     "cells": 30,  # visible code cells
     "longest cell": 14,  # lines
     "short answer words": 130,  # "the rule in at most ~120 words"
+    "minutes": 15,  # the estimate below: prose at 200 words a minute, 20 s per cell
 }
 SHORT_CELL = 8  # lines; "mostly" means at least this share of the visible cells:
 SHORT_SHARE = 0.75
 WIDTH = 80  # characters a printed line may take (the code column)
+# A cell that prints a source post's own lines, as the post shows them: they keep the
+# post's width (the seed-coverage appendix compares them line for line) and wrap
+# instead (book.css), as error messages and warnings do.
+POST_OUTPUT = "tag_post-output"
 WORDS_PER_MINUTE = 200
 SECONDS_PER_CELL = 20
 ASSERT = re.compile(r"^\s*assert\b|\bassert_\w+\(|\btorch\.testing\.assert", re.M)
@@ -173,6 +178,8 @@ def measure(soup: BeautifulSoup, page: str = "") -> Shape:
     for out in article.select("div.cell_output div.output"):
         if {"traceback", "stderr"} & set(out.get("class") or []):
             continue  # long error messages and warnings wrap (book.css)
+        if out.find_parent("div", class_=POST_OUTPUT) is not None:
+            continue  # a post's own lines, which wrap too
         if out.find("pre") is None:
             continue  # a figure or other HTML output: its caption and text wrap
         wide += [len(line) for line in _lines(out) if len(line) > WIDTH]
@@ -218,6 +225,11 @@ def chapter_problems(shape: Shape) -> list[str]:
         problems.append("the short answer has no runnable example (a visible code cell)")
     if shape.words > BUDGET["words"]:
         problems.append(f"{shape.words} words of visible prose (at most {BUDGET['words']})")
+    # words and cells each within budget can still add up to 20 minutes together
+    if shape.minutes > BUDGET["minutes"]:
+        problems.append(
+            f"{shape.minutes} minutes to read the main path (at most {BUDGET['minutes']})"
+        )
     if shape.cells > BUDGET["cells"]:
         problems.append(f"{shape.cells} visible code cells (at most {BUDGET['cells']})")
     if shape.longest_cell > BUDGET["longest cell"]:

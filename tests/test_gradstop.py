@@ -140,6 +140,120 @@ def test_side_by_side_rejects_bad_input():
         gp.side_by_side(pic, pic, caption="")
 
 
+def edge_paths(svg: str) -> dict[str, str]:
+    """Each drawn edge's <g> element, by its title ("n4->n2")."""
+    groups = re.findall(r'<g id="edge\d+" class="edge">(.*?)</g>', svg, re.S)
+    return {html.unescape(re.search(r"<title>(.*?)</title>", g).group(1)): g for g in groups}
+
+
+def test_cut_edges_are_drawn_red_and_dashed_and_only_they():
+    x = torch.tensor([1.0, 2.0], requires_grad=True)
+    z = x + 1.0
+    loss = (z * 3 * z).sum()  # z reaches the second product twice: directly and via *3
+    direct = [e for e in gp.backward_edges(loss) if e.source is z.grad_fn]
+    direct = [e for e in direct if e.target is loss.grad_fn.next_functions[0][0]]
+    assert len(direct) == 1
+    plain = gp.backward_graph(loss, alt="graph", names={"z": z})
+    cut = gp.backward_graph(loss, alt="graph", names={"z": z}, cut_edges=direct, cut_label="cut")
+    red = [t for t, g in edge_paths(cut.svg).items() if gp.palette.RED in g]
+    assert len(red) == 1 and "stroke-dasharray" in edge_paths(cut.svg)[red[0]]
+    assert "cut" in svg_texts(cut.svg) and "cut" not in svg_texts(plain.svg)
+    assert edge_paths(plain.svg).keys() == edge_paths(cut.svg).keys()  # same edges, restyled
+    assert not any(gp.palette.RED in g for g in edge_paths(plain.svg).values())
+
+
+def test_a_cut_edge_from_another_graph_is_refused():
+    _, out = small_graph()
+    _, other = small_graph()
+    with pytest.raises(ValueError, match="cut_edges must be edges of this graph"):
+        gp.backward_graph(out, alt="graph", cut_edges=gp.backward_edges(other)[:1])
+
+
+def test_side_by_side_at_one_scale_shares_the_row_by_width():
+    small = gp.backward_graph(small_graph()[1], alt="small", caption="small")
+    x = torch.ones(2, requires_grad=True)
+    wide = gp.backward_graph(x.sin() + x.cos() + x.exp(), alt="wide", caption="wide")
+    widths = [gp.pictures.svg_width(p.svg) for p in (small, wide)]
+    assert widths[0] < widths[1]
+    shown = gp.side_by_side(small, wide, caption="c", same_scale=True)._repr_html_()
+    grows = [float(g) for g in re.findall(r"flex:([\d.]+) 1 0", shown)]
+    assert grows == pytest.approx(widths)  # each picture's share is its own width
+    assert shown.count("width:100%;box-sizing:border-box") == 2
+    assert f"max-width:calc({sum(widths):g}pt + 1.5em)" in shown  # never blown up
+    default = gp.side_by_side(small, wide, caption="c")._repr_html_()
+    assert re.findall(r"flex:([\d.]+) 1 0", default) == ["1", "1"]  # as before
+    with pytest.raises(ValueError, match="no width in points"):
+        gp.pictures.svg_width("<svg viewBox='0 0 1 1'></svg>")
+
+
+def test_stacked_shows_every_picture_at_one_scale():
+    wide = gp.backward_graph(long_chain(6), alt="wide graph", caption="six steps")
+    small = gp.backward_graph(small_graph()[1], alt="small graph", caption="`x * x.sigmoid()`")
+    shown = gp.stacked(wide, small, caption="Two graphs, one scale")._repr_html_()
+    assert shown.count("<img") == 2 and "<code>x * x.sigmoid()</code>" in shown
+    widths = [float(w) for w in re.findall(r"max-width:([\d.]+)%", shown)]
+    # The widest may take the page's width; the other shrinks by the same factor.
+    assert widths[0] == 100.0 if wide.width_pt >= small.width_pt else widths[1] == 100.0
+    ratio = min(wide.width_pt, small.width_pt) / max(wide.width_pt, small.width_pt)
+    assert min(widths) == pytest.approx(100 * ratio, abs=0.1)
+
+
+def test_stacked_rejects_bad_input():
+    pic = gp.backward_graph(small_graph()[1], alt="graph", caption="a")
+    with pytest.raises(ValueError, match="at least two"):
+        gp.stacked(pic, caption="c")
+    with pytest.raises(TypeError, match="picture 2 must be a Picture"):
+        gp.stacked(pic, "not a picture", caption="c")
+    with pytest.raises(ValueError, match="picture 2 needs its own caption"):
+        gp.stacked(pic, gp.backward_graph(small_graph()[1], alt="graph"), caption="c")
+    with pytest.raises(ValueError, match="needs a caption"):
+        gp.stacked(pic, pic, caption=" ")
+
+
+def long_chain(steps: int, start=None):
+    """A recurrent chain: h = tanh(h @ w) ``steps`` times, summed."""
+    w = torch.ones(2, 2, requires_grad=True) if start is None else start[1]
+    h = torch.ones(1, 2) if start is None else start[0]
+    for _ in range(steps):
+        h = torch.tanh(h @ w)
+    return h.sum()
+
+
+def test_highlight_fills_exactly_the_chain_behind_a_tensor():
+    w = torch.ones(2, 2, requires_grad=True)
+    h = torch.ones(1, 2)
+    for _ in range(2):
+        h = torch.tanh(h @ w)
+    first = h
+    loss = long_chain(3, start=(first, w))
+    pic = gp.backward_graph(loss, alt="graph", highlight=first)
+    assert pic.highlighted == ("MmBackward0",) * 2 + ("TanhBackward0",) * 2
+    assert pic.svg.count(gp.palette.ORANGE_FILL) == 4
+    plain = gp.backward_graph(loss, alt="graph")
+    assert plain.highlighted == () and gp.palette.ORANGE_FILL not in plain.svg
+
+
+def test_cut_after_marks_each_edge_out_of_the_tensor_s_node():
+    w = torch.ones(2, 2, requires_grad=True)
+    h = torch.tanh(torch.ones(1, 2) @ w)
+    loss = (h @ w).sum() + h.sum()  # h is used twice: two cut edges
+    pic = gp.backward_graph(loss, alt="graph", cut_after={"h.detach()": h})
+    assert pic.cuts == {("h.detach()", "MmBackward0"), ("h.detach()", "SumBackward0")}
+    assert svg_texts(pic.svg).count("✂ h.detach()") == 2
+    assert "✂" not in "".join(svg_texts(gp.backward_graph(loss, alt="graph").svg))
+
+
+def test_marks_reject_tensors_outside_the_graph():
+    x, loss = small_graph()
+    other = torch.ones(2, requires_grad=True) * 2
+    with pytest.raises(ValueError, match="not in this graph"):
+        gp.backward_graph(loss, alt="graph", cut_after={"other": other})
+    with pytest.raises(ValueError, match="highlight takes a computed tensor"):
+        gp.backward_graph(loss, alt="graph", highlight=x)
+    with pytest.raises(TypeError, match="not tensors"):
+        gp.backward_graph(loss, alt="graph", cut_after={"h": 3})
+
+
 def test_long_chain_draws_without_recursion_error():
     x = torch.ones(1, requires_grad=True)
     y = x
@@ -641,3 +755,62 @@ def test_print_table_names_its_first_column(capsys):
 def test_print_table_rejects_rows_that_are_not_one_table(rows):
     with pytest.raises(ValueError, match="rows must be|has columns"):
         gp.print_table(rows)
+
+
+# --- the palette, for readers with colour vision deficiency ---------------------------
+
+# Machado, Oliveira and Fernandes (2009), "A physiologically-based model for simulation
+# of color vision deficiency", severity 1: matrices on linear RGB.
+DICHROMACY = {
+    "protanopia": [
+        [0.152286, 1.052583, -0.204868],
+        [0.114503, 0.786281, 0.099216],
+        [-0.003882, -0.048116, 1.051998],
+    ],
+    "deuteranopia": [
+        [0.367322, 0.860646, -0.227968],
+        [0.280085, 0.672501, 0.047413],
+        [-0.011820, 0.042940, 0.968881],
+    ],
+    "tritanopia": [
+        [1.255528, -0.076749, -0.178779],
+        [-0.078411, 0.930809, 0.147602],
+        [0.004733, 0.691367, 0.303900],
+    ],
+}
+
+
+def linear_rgb(colour) -> torch.Tensor:
+    """A palette colour ('#rrggbb'), or (r, g, b) in 0-255, as linear RGB."""
+    if isinstance(colour, str):
+        colour = [int(colour[i : i + 2], 16) for i in (1, 3, 5)]
+    c = torch.tensor(colour, dtype=torch.float64) / 255
+    return torch.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+
+
+def cielab(rgb: torch.Tensor) -> torch.Tensor:
+    """Linear RGB (sRGB primaries, D65) as CIELAB."""
+    to_xyz = torch.tensor(
+        [[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]],
+        dtype=torch.float64,
+    )
+    xyz = to_xyz @ rgb.clamp(0, 1) / torch.tensor([0.95047, 1.0, 1.08883], dtype=torch.float64)
+    f = torch.where(xyz > (6 / 29) ** 3, xyz ** (1 / 3), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return torch.stack([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_blue_and_red_stay_apart_for_colour_blind_readers():
+    # Chapter 6's curves tell the runs with and without the stop-gradient apart by these
+    # two colours alone. A CIELAB distance of 2 is about the least anyone notices; 40
+    # is two colours nobody confuses.
+    blue, red = linear_rgb(gp.palette.BLUE), linear_rgb(gp.palette.RED)
+    assert (cielab(blue) - cielab(red)).norm() > 40
+    for kind, matrix in DICHROMACY.items():
+        seen = torch.tensor(matrix, dtype=torch.float64)
+        assert (cielab(seen @ blue) - cielab(seen @ red)).norm() > 40, kind
+    # and the check can fail: this dark green, far from the red for most readers, is
+    # the same colour as the red for a protanope
+    green = linear_rgb((7, 96, 42))
+    protan = torch.tensor(DICHROMACY["protanopia"], dtype=torch.float64)
+    assert (cielab(red) - cielab(green)).norm() > 40
+    assert (cielab(protan @ red) - cielab(protan @ green)).norm() < 2

@@ -15,11 +15,7 @@ import page_shape
 # Chapters whose issue has not yet put them on the reader's path: their figures are
 # printed, not enforced. Each chapter leaves this list in the commit that reshapes it.
 NOT_YET = {
-    "notebooks/05-hooks",
-    "notebooks/06-simsiam",
     "notebooks/07-why-no-grad",
-    "notebooks/08-who-trains",
-    "notebooks/09-rewritten",
 }
 # Appendices that carry code, still to be reshaped (issue 27).
 APPENDICES_NOT_YET: set[str] = set()
@@ -96,6 +92,15 @@ def test_a_visible_assert_a_wide_line_and_a_silent_output_are_caught():
     assert "1 output(s) on the path with no sentence beside them" in problems
 
 
+def test_a_posts_own_printed_lines_may_keep_their_width():
+    wide = "w" * 85
+    tagged = cell("print(post_line)", wide).replace('class="cell"', 'class="cell tag_post-output"')
+    shape = page_shape.measure(page(SHORT + tagged + "<p>The post's line.</p>"))
+    assert shape.wide_lines == 0
+    shape = page_shape.measure(page(SHORT + cell("print(line)", wide) + "<p>A line.</p>"))
+    assert shape.wide_lines == 1
+
+
 def test_a_figure_caption_wraps_and_is_not_a_wide_line():
     figure = '<div class="cell_output"><div class="output text_html"><figure><img alt="a">'
     figure += f"<figcaption>{'c' * 200}</figcaption></figure></div></div>"
@@ -127,6 +132,16 @@ def test_long_cells_and_a_long_short_answer_are_caught():
     assert "only 0% of the visible cells have at most 8 lines" in problems
 
 
+def test_words_and_cells_each_in_budget_can_still_take_too_long():
+    prose = "<p>" + "word " * 1900 + "</p>"
+    cells = "".join(cell(f"x{i} = {i}", str(i)) + f"<p>Notice {i}.</p>" for i in range(25))
+    shape = page_shape.measure(page(SHORT + prose + cells))
+    problems = "; ".join(page_shape.chapter_problems(shape))
+    assert shape.words <= 2000 and shape.cells <= 30
+    assert f"{shape.minutes} minutes to read the main path (at most 15)" in problems
+    assert shape.minutes > 15
+
+
 def test_a_check_that_prints_and_an_error_line_are_told_apart():
     error = '<div class="cell_output"><div class="output traceback"><pre>' + "e" * 200
     body = SHORT + cell("assert y", "printed", check=True)
@@ -134,3 +149,13 @@ def test_a_check_that_prints_and_an_error_line_are_told_apart():
     body += f"{error}</pre></div></div></div>"
     shape = page_shape.measure(page(body + "<p>An error.</p>"))
     assert shape.checks_with_output == 1 and shape.wide_lines == 0
+
+
+def test_a_figure_caption_is_not_a_printed_line():
+    caption = "c" * 120
+    figure = '<div class="cell_output"><div class="output text_html"><figure><img alt="a">'
+    figure += f"<figcaption>{caption}</figcaption></figure></div></div>"
+    body = SHORT + f'<div class="cell"><div class="cell_input"><pre>pic</pre></div>{figure}</div>'
+    shape = page_shape.measure(page(body))
+    assert shape.wide_lines == 0 and shape.unnoticed == 0
+    assert page_shape.measure(page(SHORT + cell("print(t)", "t" * 120))).wide_lines == 1

@@ -47,10 +47,26 @@ ASSERTED = {
         r"^\(1797, 8, 8\) \d+ 500$",
     ),
     "08-who-trains": (
-        'gp.grad_state({"G": G, "D": D}) == {"G": "None", "D": "non-zero"}',
-        r"^\{'G': 'None', 'D': 'non-zero'\}$",
+        "gan_orders == {",
+        r"^zero_grad\(\) once +right +error +wrong: own \+ leak$",
     ),
-    "09-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
+    "09-targets": (
+        '[row["update"] for row in td.values()] == [',
+        r"^policy_net itself, no stop +residual gradient +n/a \(same network\) +yes$",
+    ),
+    "10-policy-gradients": (
+        "len(without_stops) == 1 and without_stops[0] < 1e-6",
+        r"^\[0\.0\]$",
+    ),
+    "11-rewritten": ("vq == {", r"^codebook +None +non-zero +None$"),
+    "12-ddp": (
+        'seen[0]["tensor hook"] == [2.0] * 3 and seen[1]["tensor hook"] == [4.0] * 3',
+        r"^rank 0: its hook saw \[2\.0, 2\.0, 2\.0\], \.grad then held \[3\.0, 3\.0, 3\.0\]$",
+    ),
+    "13-compile": (
+        'all(row["w.grad"] == (10 * x**2).tolist() for row in grads.values())',
+        r"^inductor +\[10\.0, 40\.0, 90\.0\] +CompiledFunctionBackward$",
+    ),
 }
 
 

@@ -7,7 +7,8 @@ order; each is short:
     one walk over autograd's backward graph (``backward_edges``) and what is
     read from it: ``grad_fn_names``, which tensors get a gradient, ``hooks_on``.
 ``pictures``
-    ``backward_graph`` (torchviz, made byte-stable, with names), ``side_by_side``,
+    ``backward_graph`` (torchviz, made byte-stable, with names, an orange
+    ``highlight`` and red ``cut_after`` marks), ``side_by_side``, ``stacked``,
     ``plot_picture``; every picture has alt text and a caption.
 ``forward``
     the forward view: ``record()`` what ran, ``walk`` it into plain records,
@@ -35,7 +36,7 @@ from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
 from .errors import assert_raises, show_error
 from .forward import forward_view, record
 from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
-from .pictures import backward_graph, plot_picture, side_by_side
+from .pictures import backward_graph, plot_picture, side_by_side, stacked
 from .tables import grad_state, print_table
 
 # What the chapters use; the records and classes live in their modules
@@ -58,5 +59,6 @@ __all__ = [
     "record",
     "show_error",
     "side_by_side",
+    "stacked",
     "why_no_grad",
 ]

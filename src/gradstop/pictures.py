@@ -6,9 +6,17 @@
     computation gives a different DOT file on every run; here nodes are renamed
     ``n0, n1, ...`` in the order torchviz first visits them. The output's box
     carries its name, a named computed tensor names the node that made it, and
-    shapes read ``(3,)`` as in the forward view.
-``side_by_side(before, after, caption=...)``
-    two pictures as one figure, each with its own caption.
+    shapes read ``(3,)`` as in the forward view. ``cut_edges`` draws chosen edges
+    red and dashed, as the forward view draws a cut: the edges a ``detach()``
+    would remove.
+    ``highlight=t`` draws the chain behind a tensor in orange, and
+    ``cut_after={"h.detach()": h}`` marks where a detach of ``h`` would cut.
+``side_by_side(before, after, caption=..., same_scale=False)``
+    two pictures as one figure, each with its own caption; ``same_scale=True``
+    shows both at one scale, so that the sizes of the two graphs compare.
+``stacked(first, second, ..., caption=...)``
+    pictures one under the other, at one scale, so that each keeps the page's
+    width and its labels their size.
 ``plot_picture(fig, alt=...)``
     a matplotlib figure as the same kind of picture: SVG, alt text, caption,
     byte-stable from run to run.
@@ -33,7 +41,7 @@ import torch
 import torchviz
 
 from . import palette
-from .graph import backward_nodes, hooks_on
+from .graph import backward_edges, backward_nodes, hooks_on
 
 # A node line is "\t<name> [attrs]"; an edge line is "\t<name> -> <name> [attrs]".
 # torchviz's names are id()s, all digits; the names this module adds are not.
@@ -43,6 +51,7 @@ _EDGE_LINE = re.compile(r"^\t(\w+) -> (\w+)\b")
 # writes Python's "(3,)".
 _TORCHVIZ_SHAPE = re.compile(r"\n \(([\d, ]*)\)")
 _FREED = "after they have already been freed"
+_SVG_WIDTH = re.compile(r'<svg[^>]*\swidth="([\d.]+)pt"')
 
 
 def inline_code(text: str) -> str:
@@ -108,12 +117,20 @@ class Picture:
     alt: str = ""
     caption: str | None = None
 
-    def img_html(self) -> str:
+    @property
+    def width_pt(self) -> float:
+        """The picture's own width in points, as its SVG declares it."""
+        found = _SVG_WIDTH.search(self.svg)
+        return float(found.group(1)) if found else 0.0
+
+    def img_html(self, max_width: str = "100%", fill: bool = False) -> str:
+        """The picture as an <img>; ``fill`` stretches it to its container's width."""
         data = base64.b64encode(self.svg.encode("utf-8")).decode("ascii")
+        width = "width:100%;box-sizing:border-box;" if fill else ""
         # The white background keeps black graph lines readable in dark mode.
         return (
             f'<img src="data:image/svg+xml;base64,{data}" alt="{html.escape(self.alt)}" '
-            'style="background:#fff;max-width:100%;height:auto;padding:4px">'
+            f'style="background:#fff;{width}max-width:{max_width};height:auto;padding:4px">'
         )
 
     def _repr_html_(self) -> str:
@@ -121,29 +138,49 @@ class Picture:
         return f'<figure class="gradient-graph">{self.img_html()}{caption}</figure>'
 
 
+def svg_width(svg_text: str) -> float:
+    """The width of an SVG picture, in points, as Graphviz and matplotlib write it."""
+    found = _SVG_WIDTH.search(svg_text)
+    if found is None:
+        raise ValueError('this SVG has no width in points (width="...pt") to scale by')
+    return float(found.group(1))
+
+
 @dataclass(frozen=True)
 class SideBySide:
-    """Two pictures side by side, each with its caption, plus one overall caption."""
+    """Two pictures side by side, each with its caption, plus one overall caption.
+
+    With ``same_scale``, each picture's share of the row is its own width, so both
+    are shrunk (or grown) by the same factor: one point is as long in each.
+    """
 
     left: Picture
     right: Picture
     caption: str
+    same_scale: bool = False
 
     def _repr_html_(self) -> str:
+        pics = (self.left, self.right)
+        grow = [svg_width(p.svg) if self.same_scale else 1 for p in pics]
         cells = "".join(
-            '<figure style="margin:0;flex:1 1 0;min-width:14em">'
-            f"{p.img_html()}<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
-            for p in (self.left, self.right)
+            f'<figure style="margin:0;flex:{g:g} 1 0;min-width:14em">'
+            f"{p.img_html(fill=self.same_scale)}"
+            f"<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
+            for p, g in zip(pics, grow, strict=True)
         )
+        # at one scale, no wider than both at their natural size (never blown up)
+        widest = f";max-width:calc({sum(grow):g}pt + 1.5em)" if self.same_scale else ""
         return (
             '<figure class="gradient-graph-pair">'
-            '<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start">'
+            f'<div style="display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start{widest}">'
             f"{cells}</div>"
             f"<figcaption>{inline_code(self.caption)}</figcaption></figure>"
         )
 
 
-def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide:
+def side_by_side(
+    before: Picture, after: Picture, *, caption: str, same_scale: bool = False
+) -> SideBySide:
     """Show two pictures as one figure: ``before`` on the left, ``after`` on the right."""
     for side, pic in (("before", before), ("after", after)):
         if not isinstance(pic, Picture):
@@ -154,7 +191,44 @@ def side_by_side(before: Picture, after: Picture, *, caption: str) -> SideBySide
             raise ValueError(f"{side} needs its own caption, e.g. 'without detach'")
     if not isinstance(caption, str) or not caption.strip():
         raise ValueError("the pair needs a caption saying what changed between the two graphs")
-    return SideBySide(before, after, caption)
+    return SideBySide(before, after, caption, same_scale)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Pictures one under the other, each with its caption, plus one overall caption.
+
+    They share one scale: where the widest must shrink to fit the page, every
+    other shrinks by the same factor, so that equal boxes stay equal.
+    """
+
+    pictures: tuple[Picture, ...]
+    caption: str
+
+    def _repr_html_(self) -> str:
+        widest = max(p.width_pt for p in self.pictures) or 1.0
+        rows = "".join(
+            '<figure style="margin:0 0 1em 0">'
+            f"{p.img_html(max_width=f'{100 * p.width_pt / widest:.1f}%')}"
+            f"<figcaption>{inline_code(p.caption or '')}</figcaption></figure>"
+            for p in self.pictures
+        )
+        caption = f"<figcaption>{inline_code(self.caption)}</figcaption>"
+        return f'<figure class="gradient-graph-stack">{rows}{caption}</figure>'
+
+
+def stacked(*pictures: Picture, caption: str) -> Stack:
+    """Show pictures as one figure, one under the other, at one scale."""
+    if len(pictures) < 2:
+        raise ValueError("stacked needs at least two pictures; show a single one as it is")
+    for n, pic in enumerate(pictures, 1):
+        if not isinstance(pic, Picture):
+            raise TypeError(f"picture {n} must be a Picture, got {type(pic).__name__}")
+        if not pic.caption:
+            raise ValueError(f"picture {n} needs its own caption, e.g. 'without detach'")
+    if not isinstance(caption, str) or not caption.strip():
+        raise ValueError("the figure needs a caption saying what changed between the pictures")
+    return Stack(tuple(pictures), caption)
 
 
 def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
@@ -178,6 +252,17 @@ def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
 # The backward graph: torchviz draws it; we name what it leaves unnamed.
 
 
+@dataclass(frozen=True, repr=False)
+class BackwardPicture(Picture):
+    """A backward graph, with what its marks show as data (for the chapters' checks)."""
+
+    highlighted: tuple[str, ...] = ()  # sorted type names of the orange nodes
+    cuts: frozenset[tuple[str, str]] = frozenset()  # (cut label, type of the node after it)
+
+    def __repr__(self) -> str:
+        return f"BackwardPicture(highlighted={list(self.highlighted)}, cuts={sorted(self.cuts)})"
+
+
 def backward_graph(
     output: torch.Tensor,
     *,
@@ -185,7 +270,11 @@ def backward_graph(
     caption: str | None = None,
     names: dict[str, torch.Tensor] | None = None,
     show_saved: bool = False,
-) -> Picture:
+    highlight: torch.Tensor | None = None,
+    cut_after: dict[str, torch.Tensor] | None = None,
+    cut_edges=(),
+    cut_label: str = "",
+) -> BackwardPicture:
     """torchviz's backward graph of ``output`` as a byte-stable SVG picture.
 
     ``names`` maps labels to tensors: a leaf's box shows its label, and a
@@ -193,11 +282,14 @@ def backward_graph(
     (``{"z1 = f(x1)": z1}``). The output's box shows its name from ``names``,
     else the caller's variable name for it, else "output". ``show_saved=True``
     also draws the tensors each node saved for backward; after ``backward()``
-    has freed them this raises ``ValueError`` saying so.
+    has freed them this raises ``ValueError`` saying so. ``highlight=t`` fills
+    the nodes behind ``t`` (leaves aside) in orange; ``cut_after={"h.detach()": h}``
+    draws each edge out of ``h``'s node as a red dashed cut with that label.
+    ``cut_edges`` (edges of this graph, from ``backward_edges(output)``) are drawn
+    the same way, with ``cut_label`` beside each.
     """
-    output = check_output(output)
-    alt = check_alt(alt)
-    names = _checked_names(names)
+    output, alt, names = check_output(output), check_alt(alt), _checked_names(names)
+    cut_after = _checked_names(cut_after)
     output_name = _output_name(output, names, sys._getframe(1))
     labels = {output_name: output, **{k: v for k, v in names.items() if v is not output}}
     drawn = backward_nodes(output)
@@ -205,8 +297,42 @@ def backward_graph(
         dot = _make_dot(output, labels, show_saved)
     for label, tensor in names.items():
         _name_node(dot, drawn, label, tensor, is_output=tensor is output)
+    orange = _highlight(dot, drawn, highlight)
+    cuts = {cut for label, t in cut_after.items() for cut in _mark_cut(dot, drawn, label, t)}
+    _draw_cuts(dot, output, cut_edges, cut_label)
     dot.graph_attr.update(bgcolor="white")
-    return Picture(svg=svg(_stable_source(dot)), alt=alt, caption=caption)
+    source = _stable_source(dot)
+    return BackwardPicture(svg(source), alt, caption, orange, frozenset(cuts))
+
+
+def _highlight(dot, drawn: set, tensor: torch.Tensor | None) -> tuple[str, ...]:
+    """Fill the drawn nodes behind ``tensor`` in orange; their sorted type names."""
+    if tensor is None:
+        return ()
+    if not isinstance(tensor, torch.Tensor) or tensor.grad_fn is None:
+        raise ValueError("highlight takes a computed tensor of the graph (one with a grad_fn)")
+    chain = [n for n in backward_nodes(tensor) & drawn if not hasattr(n, "variable")]
+    for node in chain:
+        dot.node(str(id(node)), fillcolor=palette.ORANGE_FILL, color=palette.ORANGE, penwidth="2")
+    return tuple(sorted(type(node).__name__ for node in chain))
+
+
+def _mark_cut(dot, drawn: set, label: str, tensor: torch.Tensor) -> list[tuple[str, str]]:
+    """Redraw each edge from ``tensor``'s node to a node that used it as a red dashed cut."""
+    node = tensor.grad_fn
+    if node is None or node not in drawn:
+        raise ValueError(f"cut_after[{label!r}]: that tensor's node is not in this graph")
+    users = [n for n in drawn if (node, tensor.output_nr) in (n.next_functions or ())]
+    edge = re.compile(rf"^\t{id(node)} -> ({'|'.join(str(id(u)) for u in users)})$")
+    style = f' [color="{palette.RED}" fontcolor="{palette.RED}" style=dashed penwidth=2'
+    style += " fontname=monospace fontsize=10"
+    dot.body = [
+        line.rstrip("\n") + style + f' label="✂ {label}"]\n'
+        if edge.match(line.rstrip("\n"))
+        else line
+        for line in dot.body
+    ]
+    return [(label, type(u).__name__) for u in users]
 
 
 def _checked_names(names) -> dict[str, torch.Tensor]:
@@ -302,3 +428,22 @@ def _stable_source(dot: graphviz.Digraph) -> str:
 def _book_shape(match: re.Match) -> str:
     sizes = [int(s) for s in match.group(1).split(",") if s.strip()]
     return "\n" + shape_text(sizes)
+
+
+def _draw_cuts(dot: graphviz.Digraph, output: torch.Tensor, cut_edges, label: str) -> None:
+    """Restyle the DOT lines of ``cut_edges`` as cuts: red, dashed, labelled."""
+    wanted = {(str(id(e.source)), str(id(e.target))) for e in cut_edges}
+    present = {(str(id(e.source)), str(id(e.target))) for e in backward_edges(output)}
+    if not wanted <= present:
+        raise ValueError(
+            "cut_edges must be edges of this graph: take them from "
+            "gp.backward_edges(output) (a BackwardEdge's source and target nodes)"
+        )
+    style = (
+        f' [color="{palette.RED}" fontcolor="{palette.RED}" style=dashed penwidth=2'
+        f" label={graphviz.quoting.quote(label)}]"
+    )
+    for i, line in enumerate(dot.body):
+        edge = _EDGE_LINE.match(line)
+        if edge and (edge.group(1), edge.group(2)) in wanted:
+            dot.body[i] = line.rstrip("\n") + style + "\n"

@@ -2,19 +2,26 @@
 
 One training run is a pure function of its :class:`Config`: the weights come from
 ``init_seed``, every augmented view from ``view_seed``, and nothing else is random.
-So runs can be sent to worker processes (:func:`run_many`) and give bit for bit
-the numbers they give in the notebook's own process.
+
+Runs that share a schedule train together as one *stack*: every model's weights
+stacked along a new first dimension, so that each layer is one batched matrix
+product (``torch.baddbmm``) for all the models instead of one small product per
+model. Batching changes no number: a model trained in a stack gets, bit for bit,
+what it gets trained alone (``tests/test_gradstop_simsiam.py`` checks it), so
+:func:`run_many` may split the runs across worker processes as it likes.
 
 ``augment(batch, gen)``
     the augmentations: small rotation, zoom and shift; brightness; a 3 x 3 patch
     erased in half of the images; a little noise.
 ``SimSiam(predictor=True)``
-    encoder, projector ending in BatchNorm, bottleneck predictor (or none).
+    encoder, projector ending in BatchNorm, bottleneck predictor (or none): the
+    model as a reader writes it; the stack computes exactly this model.
 ``simsiam_loss(model, x1, x2, stop_gradient)``
     the paper's symmetric negative cosine similarity, with or without ``detach()``.
-``run(config)`` / ``run_many(configs, workers)``
-    train and measure: loss, spread of the output, kNN accuracy, directions used.
-``summary_table(results)``
+``Config``, ``run(config)``, ``run_many(configs, workers)``, ``Training``
+    train and measure: loss, directions used, spread of the output, kNN accuracy;
+    ``Training`` trains many runs in worker processes, part of the way at a time.
+``summary_table(groups)``
     mean, standard deviation, minimum and maximum of each final figure.
 """
 
@@ -34,27 +41,29 @@ __all__ = [
     "Config",
     "Data",
     "SimSiam",
+    "Training",
     "augment",
     "close_pool",
     "data",
+    "directions",
     "directions_holding",
-    "evaluate",
     "negative_cosine",
-    "run",
     "rebuild",
+    "run",
     "run_many",
     "simsiam_loss",
     "source",
+    "spread",
     "summary_table",
 ]
 
 D = 64  # output channels of the projector (the paper's d)
 FIGURES = {  # the final figures a run reports, in table order
-    "loss": "final loss",
+    "directions": "directions holding 90%",
     "spread": "std·√d",
+    "loss": "final loss",
     "knn_augmented": "kNN, augmented queries",
     "knn_clean": "kNN, clean queries",
-    "directions": "directions holding 90%",
 }
 
 
@@ -121,6 +130,10 @@ def augment(batch: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return (out + 0.05 * torch.randn(out.shape, generator=gen)).flatten(1)
 
 
+# ---------------------------------------------------------------------------
+# The model, as a reader writes it
+
+
 def block(n_in: int, n_out: int) -> list[nn.Module]:
     return [nn.Linear(n_in, n_out), nn.BatchNorm1d(n_out), nn.ReLU()]
 
@@ -135,8 +148,8 @@ class SimSiam(nn.Module):
 
     def __init__(self, predictor: bool = True):
         super().__init__()
-        self.encoder = nn.Sequential(*block(64, 256), *block(256, 128))
-        self.projector = nn.Sequential(*block(128, 128), nn.Linear(128, D))
+        self.encoder = nn.Sequential(*block(64, 128), *block(128, 64))
+        self.projector = nn.Sequential(*block(64, 64), nn.Linear(64, D))
         self.projector.append(nn.BatchNorm1d(D))  # ends in BatchNorm, no ReLU
         self.predictor = None
         if predictor:
@@ -170,35 +183,21 @@ def directions_holding(singular: torch.Tensor, share: float = 0.9) -> int:
     return int((energy < share - 1e-9).sum()) + 1
 
 
-def knn_accuracy(model, queries: torch.Tensor, k: int = 5) -> float:
-    """kNN (cosine, k votes) of the encoder's features of ``queries``, against the
-    clean training images; ``queries`` are copies of the held-out digits in order."""
-    d = data()
-    bank = F.normalize(model.encoder(d.images[d.train_idx].flatten(1)), dim=1)
-    found = F.normalize(model.encoder(queries), dim=1) @ bank.T
-    votes = d.labels[d.train_idx][found.topk(k, dim=1).indices]
-    truth = d.labels[d.test_idx].repeat(len(queries) // len(d.test_idx))
-    return (votes.mode(dim=1).values == truth).float().mean().item()
+def directions(outputs: torch.Tensor, share: float = 0.9) -> int:
+    """How many directions hold ``share`` of the l2-normalised rows of ``outputs``."""
+    return directions_holding(torch.linalg.svdvals(F.normalize(outputs, dim=1)), share)
 
 
-def evaluate(model) -> dict:
-    """The figures of a model, in eval mode (BatchNorm: running statistics)."""
-    d = data()
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
-        z = model.projector(model.encoder(d.images[d.test_idx].flatten(1)))
-        unit = F.normalize(z, dim=1)
-        singular = torch.linalg.svdvals(unit)
-        figures = {
-            "spread": unit.std(dim=0).mean().item() * math.sqrt(D),
-            "knn_augmented": knn_accuracy(model, d.queries),
-            "knn_clean": knn_accuracy(model, d.images[d.test_idx].flatten(1)),
-            "directions": directions_holding(singular),
-            "singular": singular,
-        }
-    model.train(was_training)
-    return figures
+def spread(outputs: torch.Tensor) -> float:
+    """std·√d: the standard deviation of each channel of the l2-normalised rows of
+    ``outputs`` (n, d), averaged over the channels, times √d (the paper's measure,
+    scaled so that an isotropic Gaussian gives about 1)."""
+    unit = F.normalize(outputs, dim=1)
+    return unit.std(dim=0).mean().item() * math.sqrt(outputs.shape[1])
+
+
+# ---------------------------------------------------------------------------
+# One run's settings
 
 
 @dataclass(frozen=True)
@@ -212,6 +211,9 @@ class Config:
     epochs: int = 30
     batch: int = 128
     lr: float = 0.4
+    decay: str = "none"  # or "cosine": lr · ½(1 + cos(π (epoch - 1) / epochs))
+    momentum: float = 0.9
+    weight_decay: float = 1e-3
     eval_every: int = 5
     name: str = field(default="", compare=False)
 
@@ -220,23 +222,197 @@ class Config:
             raise ValueError(f"epochs and eval_every must be at least 1, got {self}")
         if not 2 <= self.batch <= 1297:
             raise ValueError(f"batch must be between 2 and 1297 (BatchNorm needs 2), got {self}")
+        if self.decay not in ("none", "cosine"):
+            raise ValueError(f"decay must be 'none' or 'cosine', got {self.decay!r}")
 
+    def lr_at(self, epoch: int) -> float:
+        """The learning rate of the steps of ``epoch`` (1, 2, ..., epochs)."""
+        if self.decay == "none":
+            return self.lr
+        return self.lr * 0.5 * (1 + math.cos(math.pi * (epoch - 1) / self.epochs))
 
-MOMENTUM, WEIGHT_DECAY = 0.9, 1e-3
+    def shared(self) -> tuple:
+        """What runs trained in one stack must share; the schedule may differ."""
+        return (self.batch, self.momentum, self.weight_decay)
 
 
 @torch.no_grad()
-def sgd_step(params: list[torch.Tensor], velocity: list[torch.Tensor], lr: float) -> None:
-    """One step of SGD with momentum and weight decay, as ``torch.optim.SGD`` takes it.
+def sgd_step(params, velocity, lr, momentum, weight_decay) -> None:
+    """One step of SGD with momentum and weight decay, as torch.optim.SGD
+    takes it. ``lr`` is a number, or a tensor of one rate per stacked model.
 
-    Written out because creating a ``torch.optim`` optimizer imports TorchDynamo the
+    Written out: creating a torch.optim optimizer imports TorchDynamo the
     first time, which costs each fresh worker process seconds.
     """
     for p, v in zip(params, velocity, strict=True):
         if p.grad is None:
             continue
-        v.mul_(MOMENTUM).add_(p.grad + WEIGHT_DECAY * p)
-        p.sub_(lr * v)
+        v.mul_(momentum).add_(p.grad + weight_decay * p)
+        if isinstance(lr, torch.Tensor):  # along the stack's first dimension
+            p.sub_(lr.view(-1, *[1] * (p.dim() - 1)) * v)
+        else:
+            p.sub_(lr * v)
+
+
+# ---------------------------------------------------------------------------
+# A stack of models: the weights of model s are params[name][s]
+
+
+@dataclass
+class Stack:
+    """Models of one shape, trained together. ``template`` is one of them, for its
+    layers' kinds; ``views`` says which view stream (seed) feeds each model."""
+
+    configs: list[Config]
+    template: SimSiam
+    params: dict[str, torch.Tensor]
+    buffers: dict[str, torch.Tensor]
+    velocity: list[torch.Tensor]
+    views: torch.Tensor
+    stop_gradient: torch.Tensor
+    predictor: torch.Tensor
+
+    def keep(self, which: list[int]) -> Stack:
+        """The stack of models ``which`` only, each as it is now."""
+        index = torch.tensor(which, dtype=torch.long)
+        params = {k: v.detach()[index].requires_grad_() for k, v in self.params.items()}
+        buffers = {k: v[index] for k, v in self.buffers.items()}
+        velocity = [v[index] for v in self.velocity]
+        flags = (self.views[index], self.stop_gradient[index], self.predictor[index])
+        chosen = [self.configs[i] for i in which]
+        return Stack(chosen, self.template, params, buffers, velocity, *flags)
+
+
+def stack(configs: list[Config]) -> Stack:
+    """The untrained models of ``configs``, stacked; each from its own ``init_seed``.
+
+    ``views`` indexes the view seeds of the configs, sorted: the order in which
+    :func:`train_epoch` expects its generators."""
+    from torch.func import stack_module_state
+
+    models = []
+    for config in configs:
+        # the CPU generator alone: torch.manual_seed also seeds CUDA, lazily and slowly
+        torch.random.default_generator.manual_seed(config.init_seed)
+        models.append(SimSiam(predictor=True))  # unused when config.predictor is False
+    params, buffers = stack_module_state(models)
+    params = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
+    seeds = sorted({c.view_seed for c in configs})
+    flags = {
+        k: torch.tensor([getattr(c, k) for c in configs]) for k in ("stop_gradient", "predictor")
+    }
+    return Stack(
+        list(configs),
+        models[0],
+        params,
+        buffers,
+        [torch.zeros_like(p) for p in params.values()],
+        torch.tensor([seeds.index(c.view_seed) for c in configs]),
+        **flags,
+    )
+
+
+def _batchnorm(s: Stack, key: str, h: torch.Tensor, views: int, training: bool):
+    """BatchNorm of every model at once; ``h`` is (models, channels, views · n).
+
+    Each view is normalised with its own batch statistics, as the model called once
+    per view does, and the running statistics are updated once per view, in order.
+    """
+    models, channels, columns = h.shape
+    weight, bias = s.params[key + "weight"], s.params[key + "bias"]
+    mean, var = s.buffers[key + "running_mean"], s.buffers[key + "running_var"]
+    if not training:
+        flat = h.reshape(1, models * channels, columns)
+        out = F.batch_norm(flat, mean.flatten(), var.flatten(), weight.flatten(), bias.flatten())
+        return out.view_as(h)
+    per_view = h.reshape(1, models * channels * views, columns // views)
+    weight, bias = (t[:, :, None].expand(-1, -1, views).reshape(-1) for t in (weight, bias))
+    # momentum=1 leaves in batch_mean, batch_var exactly this batch's statistics
+    batch_mean, batch_var = (torch.zeros(per_view.shape[1]) for _ in range(2))
+    out = F.batch_norm(per_view, batch_mean, batch_var, weight, bias, True, momentum=1.0)
+    with torch.no_grad():
+        for v in range(views):
+            mean.mul_(0.9).add_(0.1 * batch_mean.view(models, channels, views)[:, :, v])
+            var.mul_(0.9).add_(0.1 * batch_var.view(models, channels, views)[:, :, v])
+        s.buffers[key + "num_batches_tracked"] += views
+    return out.view_as(h)
+
+
+def _sequential(s: Stack, part: str, h: torch.Tensor, views: int, training: bool):
+    """Run the stack's ``part`` ("encoder", ...) over ``h``, (models, features, n)."""
+    for i, layer in enumerate(getattr(s.template, part)):
+        key = f"{part}.{i}."
+        if isinstance(layer, nn.Linear):
+            weight, bias = s.params[key + "weight"], s.params[key + "bias"]
+            h = torch.baddbmm(bias[:, :, None], weight, h)
+        elif isinstance(layer, nn.BatchNorm1d):
+            h = _batchnorm(s, key, h, views, training)
+        else:
+            h = torch.relu(h)
+    return h
+
+
+def stacked_loss(s: Stack, x: torch.Tensor) -> torch.Tensor:
+    """Each model's symmetric loss on its two views; ``x`` is (models, 64, 2 · n),
+    the first view's n images, then the second's."""
+    z = _sequential(s, "projector", _sequential(s, "encoder", x, 2, True), 2, True)
+    p = _sequential(s, "predictor", z, 2, True)
+    p = torch.where(s.predictor[:, None, None], p, z)  # no predictor: p is z
+    target = torch.where(s.stop_gradient[:, None, None], z.detach(), z)
+    n = x.shape[-1] // 2
+    first = -F.cosine_similarity(p[..., :n], target[..., n:], dim=1).mean(-1)
+    second = -F.cosine_similarity(p[..., n:], target[..., :n], dim=1).mean(-1)
+    return first / 2 + second / 2
+
+
+# ---------------------------------------------------------------------------
+# Measuring a stack
+
+
+def _features(s: Stack, images: torch.Tensor) -> torch.Tensor:
+    """The encoder's features of flattened ``images`` (n, 64), for every model, in
+    eval mode: (models, 128, n)."""
+    x = images.T[None].expand(len(s.configs), -1, -1)
+    return _sequential(s, "encoder", x, 1, False)
+
+
+def _knn(s: Stack, bank: torch.Tensor, queries: torch.Tensor, k: int = 5) -> list[float]:
+    """kNN accuracy (cosine, k votes) of each model's encoder: ``queries`` are copies of
+    the held-out digits in order, searched among the clean training images."""
+    d = data()
+    found = torch.bmm(F.normalize(_features(s, queries), dim=1).transpose(1, 2), bank)
+    votes = d.labels[d.train_idx][found.topk(k, dim=2).indices]
+    truth = d.labels[d.test_idx].repeat(len(queries) // len(d.test_idx))
+    return (votes.mode(dim=2).values == truth).float().mean(1).tolist()
+
+
+@torch.no_grad()
+def evaluate(s: Stack, knn: bool = True) -> list[dict]:
+    """Each model's figures, in eval mode (BatchNorm: running statistics): the
+    projector's output on the held-out digits (its singular values, the directions
+    holding 90 % of it, its spread) and, with ``knn``, the encoder's kNN accuracy
+    and the directions holding 90 % of its own (normalised) features."""
+    d = data()
+    held_out = d.images[d.test_idx].flatten(1)
+    features = _features(s, held_out)
+    z = _sequential(s, "projector", features, 1, False).transpose(1, 2)
+    singular = torch.linalg.svdvals(F.normalize(z, dim=2))
+    figures = [
+        {"spread": spread(z[i]), "directions": directions_holding(v), "singular": v}
+        for i, v in enumerate(singular)
+    ]
+    if knn:
+        bank = F.normalize(_features(s, d.images[d.train_idx].flatten(1)), dim=1)
+        scores = zip(_knn(s, bank, d.queries), _knn(s, bank, held_out), strict=True)
+        below = torch.linalg.svdvals(F.normalize(features, dim=1).transpose(1, 2))
+        for f, (augmented, clean), v in zip(figures, scores, below, strict=True):
+            f.update(knn_augmented=augmented, knn_clean=clean)
+            f["encoder_directions"] = directions_holding(v)  # of its features, below z
+    return figures
+
+
+# ---------------------------------------------------------------------------
+# Training a stack
 
 
 class _Threads:
@@ -250,22 +426,145 @@ class _Threads:
         torch.set_num_threads(self.before)
 
 
-def train_epoch(model, params, velocity, images, view_gen, config: Config) -> float:
-    """One pass over ``images`` in a random order, two fresh views of each batch;
-    returns the mean loss of the epoch's steps."""
-    order = torch.randperm(len(images), generator=view_gen)
-    batch = images[order]
-    v1, v2 = augment(batch, view_gen), augment(batch, view_gen)
-    losses = []
-    for i in range(0, len(v1) - config.batch + 1, config.batch):
-        step = slice(i, i + config.batch)
-        loss = simsiam_loss(model, v1[step], v2[step], config.stop_gradient)
+def _epoch_views(s: Stack, generators: list[torch.Generator]) -> list[tuple]:
+    """One epoch's two views of the training images, per view stream, in a fresh order."""
+    images = data().images[data().train_idx]
+    views = []
+    for gen in generators:
+        batch = images[torch.randperm(len(images), generator=gen)]
+        views.append((augment(batch, gen), augment(batch, gen)))
+    return views
+
+
+def train_epoch(s: Stack, generators: list[torch.Generator], epoch: int) -> list[float]:
+    """One pass over the training images for every model, each at its own learning
+    rate for ``epoch``; each model's mean loss."""
+    config, params = s.configs[0], list(s.params.values())
+    lr = torch.tensor([c.lr_at(epoch) for c in s.configs])
+    streams, losses = _epoch_views(s, generators), []
+    size = config.batch
+    for i in range(0, len(streams[0][0]) - size + 1, size):
+        pairs = [torch.cat([v1[i : i + size], v2[i : i + size]]).T for v1, v2 in streams]
+        loss = stacked_loss(s, torch.stack(pairs)[s.views])
         for p in params:
             p.grad = None
-        loss.backward()
-        sgd_step(params, velocity, config.lr)
-        losses.append(loss.item())
-    return sum(losses) / len(losses)
+        loss.sum().backward()  # model s's weights get the gradient of loss[s] alone
+        sgd_step(params, s.velocity, lr, config.momentum, config.weight_decay)
+        losses.append(loss.tolist())
+    return [sum(column) / len(column) for column in zip(*losses, strict=True)]
+
+
+def _record(history: dict, epoch: int, figures: dict) -> None:
+    history["eval_epoch"].append(epoch)
+    for key in ("spread", "directions"):
+        history[key].append(figures[key])
+
+
+HISTORY = ("eval_epoch", "spread", "directions")
+
+
+@dataclass
+class Part:
+    """Runs trained as one stack, part of the way: everything a later part needs to
+    carry on exactly where this one stopped (weights, velocities, BatchNorm's running
+    statistics, the view generators' states, the history so far)."""
+
+    configs: list[Config]
+    epoch: int = 0  # the last epoch trained
+    stack: Stack | None = None  # the models still training
+    alive: list[int] = field(default_factory=list)  # the config index of each of them
+    initial: list[dict] = field(default_factory=list)
+    history: list[dict] = field(default_factory=list)
+    results: list = field(default_factory=list)
+    generator_states: list[torch.Tensor] = field(default_factory=list)
+
+    def __post_init__(self):
+        if len({c.shared() for c in self.configs}) != 1:
+            raise ValueError("runs trained in one stack must share batch, momentum, weight_decay")
+
+    @property
+    def epochs(self) -> int:
+        return max(c.epochs for c in self.configs)
+
+
+def _begin(part: Part) -> list[torch.Generator]:
+    """The untrained stack of a part, measured; its view generators, freshly seeded."""
+    part.stack = stack(part.configs)
+    part.alive = list(range(len(part.configs)))
+    part.initial = evaluate(part.stack)
+    part.history = [{"epoch_loss": [], **{k: [] for k in HISTORY}} for _ in part.configs]
+    for h, figures in zip(part.history, part.initial, strict=True):
+        _record(h, 0, figures)
+    part.results = [None] * len(part.configs)
+    seeds = sorted({c.view_seed for c in part.configs})
+    return [torch.Generator().manual_seed(seed) for seed in seeds]
+
+
+def advance(part: Part, to_epoch: int) -> Part:
+    """Train ``part`` on to ``to_epoch`` (or its last epoch), each model for its own
+    schedule; a model leaves the stack after its last epoch, with its result."""
+    with _Threads(), torch.random.fork_rng(devices=[]):
+        if part.stack is None and part.epoch == 0:
+            generators = _begin(part)
+        else:
+            generators = [torch.Generator() for _ in part.generator_states]
+            for g, state in zip(generators, part.generator_states, strict=True):
+                g.set_state(state)
+        for epoch in range(part.epoch + 1, min(to_epoch, part.epochs) + 1):
+            _one_epoch(part, generators, epoch)
+            part.epoch = epoch
+        part.generator_states = [g.get_state() for g in generators]
+    return part
+
+
+def _one_epoch(part: Part, generators: list[torch.Generator], epoch: int) -> None:
+    s, history = part.stack, part.history
+    for i, loss in zip(part.alive, train_epoch(s, generators, epoch), strict=True):
+        history[i]["epoch_loss"].append(loss)
+    done = [j for j, c in enumerate(s.configs) if epoch == c.epochs]
+    for j, figures in zip(done, evaluate(s.keep(done)) if done else [], strict=True):
+        i = part.alive[j]
+        _record(history[i], epoch, figures)
+        final = {**figures, "loss": history[i]["epoch_loss"][-1]}
+        part.results[i] = _result(s, j, part.initial[i], final, history[i])
+    _evaluate_due(s, part.alive, history, epoch)
+    part.stack, part.alive = _without(s, part.alive, done)
+
+
+def run_stack(configs: list[Config]) -> list[dict]:
+    """Train the models of ``configs`` together, in this process; one result each."""
+    part = Part(list(configs))
+    return advance(part, part.epochs).results
+
+
+def _evaluate_due(s: Stack, alive: list[int], history: list[dict], epoch: int) -> None:
+    """Record the cheap figures of the models (not finished) due an evaluation."""
+    due = [j for j, c in enumerate(s.configs) if epoch % c.eval_every == 0 and epoch < c.epochs]
+    if due:
+        for j, figures in zip(due, evaluate(s.keep(due), knn=False), strict=True):
+            _record(history[alive[j]], epoch, figures)
+
+
+def _without(s: Stack, alive: list[int], done: list[int]):
+    """The stack and its config indices without the models ``done``; None when empty."""
+    if not done:
+        return s, alive
+    rest = [j for j in range(len(s.configs)) if j not in done]
+    return (s.keep(rest) if rest else None), [alive[j] for j in rest]
+
+
+def _result(s: Stack, i: int, initial: dict, final: dict, history: dict) -> dict:
+    """Model i of the stack as one run's result, its weights as a SimSiam state_dict."""
+    state = {k: v[i].detach().clone() for k, v in {**s.params, **s.buffers}.items()}
+    if not s.configs[i].predictor:
+        state = {k: v for k, v in state.items() if not k.startswith("predictor.")}
+    return {
+        "config": s.configs[i],
+        "initial": initial,
+        "final": final,
+        "history": history,
+        "state": state,
+    }
 
 
 def run(config: Config) -> dict:
@@ -273,36 +572,14 @@ def run(config: Config) -> dict:
 
     Returns the config, the untrained model's figures (``initial``), the final
     figures (``final``: its ``loss`` is the mean over the last epoch), the history
-    (mean loss per epoch; spread and kNN every ``eval_every`` epochs and at the
-    end) and the final ``state`` (the trained weights).
+    (mean loss per epoch; spread, directions and kNN every ``eval_every`` epochs and
+    at the end) and the final ``state`` (the trained weights, as a state_dict).
     """
-    train_images = data().images[data().train_idx]
-    with _Threads(), torch.random.fork_rng(devices=[]):
-        torch.manual_seed(config.init_seed)
-        model = SimSiam(predictor=config.predictor)
-        initial = evaluate(model)
-        params = list(model.parameters())
-        velocity = [torch.zeros_like(p) for p in params]
-        view_gen = torch.Generator().manual_seed(config.view_seed)
-        history = {"epoch_loss": [], "eval_epoch": [0], "spread": [initial["spread"]]}
-        history["knn_augmented"] = [initial["knn_augmented"]]
-        for epoch in range(1, config.epochs + 1):
-            loss = train_epoch(model, params, velocity, train_images, view_gen, config)
-            history["epoch_loss"].append(loss)
-            if epoch % config.eval_every == 0 or epoch == config.epochs:
-                figures = evaluate(model)
-                history["eval_epoch"].append(epoch)
-                for key in ("spread", "knn_augmented"):
-                    history[key].append(figures[key])
-        final = {**figures, "loss": history["epoch_loss"][-1]}
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    return {
-        "config": config,
-        "initial": initial,
-        "final": final,
-        "history": history,
-        "state": state,
-    }
+    return run_stack([config])[0]
+
+
+# ---------------------------------------------------------------------------
+# Many runs, in worker processes
 
 
 def _start_worker(shared: Data) -> None:
@@ -333,18 +610,69 @@ def close_pool() -> None:
     _POOL.clear()
 
 
-def run_many(configs: list[Config], workers: int = 2) -> list[dict]:
-    """``run`` over ``configs``, in order; in ``workers`` worker processes if more than 1.
+def _chunks(configs: list[Config], workers: int) -> list[list[int]]:
+    """Indices of ``configs`` in stacks, at most ``workers`` per group of runs that
+    can share a stack, of about equal work (epochs), the longest runs shared out
+    first."""
+    groups: dict[tuple, list[int]] = {}
+    for i, c in enumerate(configs):
+        groups.setdefault(c.shared(), []).append(i)
+    chunks = []
+    for ids in groups.values():
+        parts, work = [[] for _ in range(min(workers, len(ids)))], [0] * workers
+        for i in sorted(ids, key=lambda i: -configs[i].epochs):
+            lightest = work.index(min(work[: len(parts)]))
+            parts[lightest].append(i)
+            work[lightest] += configs[i].epochs
+        chunks += [sorted(part) for part in parts]
+    return chunks
 
-    Workers are started with "spawn" (fresh interpreters that import this module, never
-    forked from a Jupyter kernel), once: later calls reuse them until :func:`close_pool`.
+
+class Training:
+    """Many runs in worker processes, as stacks, trained part of the way at a time.
+
+    ``Training(configs)`` shares the runs out into one stack per worker (runs that
+    can share a stack, of about equal work); ``advance(to_epoch)`` trains every
+    stack on to that epoch, in the workers, and brings its state back; ``results()``
+    gives one result per config, in order, once every run has finished. Training in
+    parts changes no number: a run's result is, bit for bit, what ``run`` gives.
+    Workers are started with "spawn" (fresh interpreters that import this module,
+    never forked from a Jupyter kernel), once: later calls reuse them until
+    :func:`close_pool`.
     """
-    configs = list(configs)
-    if workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    if workers == 1 or len(configs) < 2:
-        return [run(c) for c in configs]
-    return list(_pool(workers).map(run, configs))
+
+    def __init__(self, configs: list[Config], workers: int = 2):
+        self.configs = list(configs)
+        if workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.workers = workers
+        self.chunks = _chunks(self.configs, workers)
+        self.parts = [Part([self.configs[i] for i in chunk]) for chunk in self.chunks]
+
+    def advance(self, to_epoch: int) -> None:
+        """Train every run on to ``to_epoch`` (or its last epoch)."""
+        jobs = [(part, to_epoch) for part in self.parts]
+        if self.workers == 1 or len(self.parts) < 2:
+            self.parts = [advance(*job) for job in jobs]
+        else:
+            self.parts = list(_pool(self.workers).map(advance, *zip(*jobs, strict=True)))
+
+    def results(self) -> list[dict]:
+        unfinished = [p.epoch for p in self.parts if p.epoch < p.epochs]
+        if unfinished:
+            raise ValueError(f"not trained to the end yet: a stack is at epoch {unfinished[0]}")
+        results = [None] * len(self.configs)
+        for chunk, part in zip(self.chunks, self.parts, strict=True):
+            for i, result in zip(chunk, part.results, strict=True):
+                results[i] = result
+        return results
+
+
+def run_many(configs: list[Config], workers: int = 2) -> list[dict]:
+    """``run`` over ``configs``, in order, as stacks in ``workers`` worker processes."""
+    training = Training(configs, workers)
+    training.advance(max((c.epochs for c in training.configs), default=0))
+    return training.results()
 
 
 def rebuild(result: dict) -> SimSiam:
@@ -354,34 +682,44 @@ def rebuild(result: dict) -> SimSiam:
     return model
 
 
+# ---------------------------------------------------------------------------
+# Reporting
+
+
 def stats(values: list[float]) -> dict:
     t = torch.tensor(values, dtype=torch.float64)
     std = t.std().item() if len(values) > 1 else 0.0
     return {"mean": t.mean().item(), "std": std, "min": t.min().item(), "max": t.max().item()}
 
 
-def summary_table(groups: dict[str, list[dict]], untrained: list[dict] | None = None) -> str:
-    """A Markdown table: for each group of runs and each final figure, mean ± std
-    (sample standard deviation over the runs) and [min, max]. With ``untrained``,
-    a last row gives the kNN accuracies of those runs' untrained encoders."""
-    header = "| runs | n | " + " | ".join(FIGURES.values()) + " |"
-    lines = [header, "|" + "---|" * (len(FIGURES) + 2)]
+def _cell(values: list[float], key: str) -> str:
+    s = stats(values)
+    digits = 1 if key == "directions" else 3
+    return (
+        f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} "
+        f"[{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
+    )
+
+
+def summary_table(
+    groups: dict[str, list[dict]], untrained: list[dict] | None = None, keys=None
+) -> str:
+    """A Markdown table: for each group of runs and each final figure (``keys`` of
+    FIGURES, all by default), mean ± std (sample standard deviation over the runs)
+    and [min, max]. With ``untrained``, a last row gives those runs' untrained
+    encoders' kNN figures."""
+    keys = list(FIGURES) if keys is None else list(keys)
+    unknown = [k for k in keys if k not in FIGURES]
+    if unknown:
+        raise ValueError(f"unknown figures {unknown}; choose from {list(FIGURES)}")
+    header = "| runs | n | " + " | ".join(FIGURES[k] for k in keys) + " |"
+    lines = [header, "|" + "---|" * (len(keys) + 2)]
     rows = [(name, [r["final"] for r in results]) for name, results in groups.items()]
     if untrained:
         knn_only = [{k: r["initial"][k] for k in ("knn_augmented", "knn_clean")} for r in untrained]
         rows.append(("untrained encoder", knn_only))
     for name, finals in rows:
-        cells = []
-        for key in FIGURES:
-            if key not in finals[0]:
-                cells.append("–")
-                continue
-            s = stats([f[key] for f in finals])
-            digits = 1 if key == "directions" else 3
-            cells.append(
-                f"{s['mean']:.{digits}f} ± {s['std']:.{digits}f} "
-                f"[{s['min']:.{digits}f}, {s['max']:.{digits}f}]"
-            )
+        cells = [_cell([f[k] for f in finals], k) if k in finals[0] else "–" for k in keys]
         lines.append(f"| {name} | {len(finals)} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
