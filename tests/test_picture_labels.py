@@ -20,7 +20,7 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, serve
 
 PAGES = nbcheck.toc_files()
 VIEWPORT = {"width": 1300, "height": 1000}  # as tests/test_browser.py's visits
-# Pages whose pictures are still drawn too small, measured on 2026-12-02 (window 1300 px,
+# Pages whose pictures are still drawn too small, measured on 2026-12-02 after merging main (window 1300 px,
 # column 680 px): expected to fail, visibly (pytest reports them as xfail, and as a
 # failure once they pass, so that each page leaves this dict in the commit that makes
 # its pictures readable). Their pages belong to other helpers; the reason says what
@@ -32,10 +32,8 @@ NOT_YET = {
     "under 10 px, smallest 7.4 px (chapters 5-7, their helper)",
     "notebooks/07-why-no-grad": "the why_no_grad decision tree 1012 px wide drawn 680 px: "
     "all 112 labels under 10 px, smallest 8.1 px (chapters 5-7, their helper)",
-    "notebooks/08-who-trains": "six side-by-side graphs 535-743 px wide drawn 308 px: "
-    "all labels under 10 px, smallest 5.5 px (issue 27, the Part V rewrite)",
-    "notebooks/09-rewritten": "six side-by-side graphs 468-1140 px wide drawn 308 px: "
-    "all labels under 10 px, the WGAN-GP graph's smallest 3.6 px (issue 27, Part V)",
+    "notebooks/12-ddp": "the backward-timeline plot 735 px wide drawn 680 px: 5 of 18 "
+    "labels under 10 px, smallest 9.9 px (Part VI, issue 28)",
 }
 
 
