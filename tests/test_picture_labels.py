@@ -20,7 +20,8 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, serve
 
 PAGES = nbcheck.toc_files()
 VIEWPORT = {"width": 1300, "height": 1000}  # as tests/test_browser.py's visits
-# Pages whose pictures are still drawn too small, measured on 2026-12-02 after merging main (window 1300 px,
+# Pages whose pictures are still drawn too small, measured on 2026-12-02 after merging
+# main (window 1300 px,
 # column 680 px): expected to fail, visibly (pytest reports them as xfail, and as a
 # failure once they pass, so that each page leaves this dict in the commit that makes
 # its pictures readable). Their pages belong to other helpers; the reason says what
