@@ -216,6 +216,29 @@ def test_each_fix_runs_and_costs_what_ddp_reports(cluster, options, bucket, unus
         assert (run["bucket bytes"], run["unused bytes"]) == (bucket, unused)
 
 
+def test_freezing_after_wrapping_fails_like_the_detach(cluster):
+    late = cluster.run(W.train_steps, steps=3, freeze="after", catch=True)
+    assert [run["failed"][0] for run in late] == [2, 2]
+    assert late[0]["failed"][1].startswith("Expected to have finished reduction")
+
+
+@pytest.mark.parametrize("wrap", ["compile(DDP(net))", "DDP(compile(net))"])
+def test_a_compiled_detach_raises_nothing_and_leaves_zeros_that_adamw_decays(cluster, wrap):
+    for run in cluster.run(W.compiled_steps, wrap=wrap, steps=2):
+        assert run["failed"] is None
+        assert [s["body"] for s in run["steps"]] == [[0.0] * 9] * 2
+        assert [s["head"] for s in run["steps"]] == [[4.5] * 3] * 2
+        torch.testing.assert_close(torch.tensor(run["body after AdamW"]), torch.full((9,), 0.99))
+    for run in cluster.run(W.compiled_steps, wrap=wrap, steps=2, find_unused_parameters=True):
+        assert [s["body"] for s in run["steps"]] == [None, None]
+        assert run["body after AdamW"] == [1.0] * 9
+
+
+def test_the_same_detach_run_eagerly_fails_at_step_2(cluster):
+    run = cluster.run(W.compiled_steps, wrap="eager DDP(net)")[0]
+    assert run["failed"][0] == 2 and run["body after AdamW"] is None
+
+
 def test_static_graph_fails_when_the_graph_changes(cluster):
     with pytest.raises(RuntimeError, match="your training graph has changed"):
         cluster.run(W.train_steps, forward="detach() every other step", steps=3, static_graph=True)
@@ -229,7 +252,7 @@ def test_no_sync_keeps_each_ranks_sum_then_averages(cluster):
     ]
 
 
-def test_fp16_compression_rounds_the_average_to_float16(cluster):
+def test_fp16_compression_sums_each_ranks_float16_share(cluster):
     local = torch.tensor(W.LOCAL)
     halves = [(local * (rank + 1)).half() / 2 for rank in range(2)]
     fp16 = cluster.run(W.compressed, hook="fp16")
@@ -266,3 +289,7 @@ def test_unknown_names_are_refused():
         W.Net("head(body(x)) twice")
     with pytest.raises(ValueError, match="variant must be one of"):
         W.simsiam_sync_batchnorm(variant="BYOL")
+    with pytest.raises(ValueError, match="wrap must be one of"):
+        W.compiled_steps(wrap="jit(DDP(net))")
+    with pytest.raises(ValueError, match="freeze must be"):
+        W.train_steps(freeze="before")

@@ -116,14 +116,19 @@ def _ddp_report(model: DDP) -> dict:
 def train_steps(forward="head(body(x).detach())", steps=2, freeze=False, catch=False, **options):
     """``steps`` forward and backward passes of ``DDP(Net(forward), **options)``.
 
+    ``freeze=True`` freezes the body before wrapping, ``freeze="after"`` after.
     Returns each step's gradients (``"body"``, ``"head"``: flat lists or None), the
     step that raised and its message's first line (with ``catch=True``; otherwise
     the error propagates), and DDP's report on its buckets.
     """
+    if freeze not in (False, True, "after"):
+        raise ValueError(f"freeze must be False, True or 'after', got {freeze!r}")
     net = Net(forward)
-    if freeze:
+    if freeze is True:
         net.body.requires_grad_(False)  # frozen before DDP sees it
     model = DDP(net, **options)
+    if freeze == "after":
+        net.body.requires_grad_(False)  # too late: DDP has listed it
     seen, failed = [], None
     for step in range(1, steps + 1):
         try:
@@ -256,8 +261,10 @@ def compressed(hook: str = "none"):
 # function calls (torch.batch_norm_stats and four others) exist only for GPUs. To watch
 # what it communicates on this machine, each rank registers CPU versions of those five
 # kernels, written from their definitions, and calls PyTorch's SyncBatchNorm function
-# itself (torch.nn.modules._functions.SyncBatchNorm): its all_gather in the forward
-# and its all_reduce in the backward are the ones a GPU run makes. The tests check the
+# itself (torch.nn.modules._functions.SyncBatchNorm): one all_gather in the forward
+# and one all_reduce in the backward, as many collectives as a GPU run makes (with
+# gloo, the function gathers with all_gather rather than all_gather_into_tensor,
+# which gloo lacks). The tests check the
 # result against BatchNorm1d over the whole batch of every rank.
 
 _KERNELS = []  # the torch.library registration, kept alive while the process lives
@@ -456,3 +463,42 @@ def simsiam_sync_batchnorm(variant="stop-gradient (SimSiam)", sync=True):
         "running mean": model.module.projector[1].running_mean.tolist(),
         "whole running mean": whole.projector[1].running_mean.tolist(),
     }
+
+
+# --- DDP and torch.compile -----------------------------------------------------------
+
+WRAPS = ("eager DDP(net)", "compile(DDP(net))", "DDP(compile(net))")
+
+
+def compiled_steps(wrap="compile(DDP(net))", steps=3, backend="aot_eager", **options):
+    """``steps`` passes of the detaching ``Net`` under DDP, compiled as ``wrap`` says.
+
+    Returns each step's gradients (as ``train_steps`` does), the step that raised
+    and its message's first line, and the body's weight after one AdamW step with
+    weight decay (lr 0.1, weight_decay 0.1): AdamW skips a parameter whose ``.grad``
+    is None and decays one whose ``.grad`` is a tensor, zeros or not.
+    """
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
+    net = Net("head(body(x).detach())")
+    if wrap == "compile(DDP(net))":
+        model = torch.compile(DDP(net, **options), backend=backend)
+    elif wrap == "DDP(compile(net))":
+        model = DDP(torch.compile(net, backend=backend), **options)
+    else:
+        model = DDP(net, **options)
+    seen, failed = [], None
+    for step in range(1, steps + 1):
+        try:
+            net.zero_grad()  # set_to_none: a tensor after backward() was written by it
+            model(rank_input()).sum().backward()
+        except RuntimeError as err:
+            failed = (step, str(err).splitlines()[0])
+            break
+        seen.append({"body": grad_of(net.body.weight), "head": grad_of(net.head.weight)})
+    body_after = None
+    if failed is None:
+        torch.optim.AdamW(net.parameters(), lr=0.1, weight_decay=0.1).step()
+        body_after = net.body.weight.flatten().tolist()
+    torch._dynamo.reset()  # the next run's Net is compiled afresh
+    return {"steps": seen, "failed": failed, "body after AdamW": body_after}
