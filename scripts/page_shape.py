@@ -35,6 +35,7 @@ BUDGET = {
     "cells": 30,  # visible code cells
     "longest cell": 14,  # lines
     "short answer words": 130,  # "the rule in at most ~120 words"
+    "minutes": 15,  # the estimate below: prose at 200 words a minute, 20 s per cell
 }
 SHORT_CELL = 8  # lines; "mostly" means at least this share of the visible cells:
 SHORT_SHARE = 0.75
@@ -224,6 +225,11 @@ def chapter_problems(shape: Shape) -> list[str]:
         problems.append("the short answer has no runnable example (a visible code cell)")
     if shape.words > BUDGET["words"]:
         problems.append(f"{shape.words} words of visible prose (at most {BUDGET['words']})")
+    # words and cells each within budget can still add up to 20 minutes together
+    if shape.minutes > BUDGET["minutes"]:
+        problems.append(
+            f"{shape.minutes} minutes to read the main path (at most {BUDGET['minutes']})"
+        )
     if shape.cells > BUDGET["cells"]:
         problems.append(f"{shape.cells} visible code cells (at most {BUDGET['cells']})")
     if shape.longest_cell > BUDGET["longest cell"]:

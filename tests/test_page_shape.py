@@ -132,6 +132,16 @@ def test_long_cells_and_a_long_short_answer_are_caught():
     assert "only 0% of the visible cells have at most 8 lines" in problems
 
 
+def test_words_and_cells_each_in_budget_can_still_take_too_long():
+    prose = "<p>" + "word " * 1900 + "</p>"
+    cells = "".join(cell(f"x{i} = {i}", str(i)) + f"<p>Notice {i}.</p>" for i in range(25))
+    shape = page_shape.measure(page(SHORT + prose + cells))
+    problems = "; ".join(page_shape.chapter_problems(shape))
+    assert shape.words <= 2000 and shape.cells <= 30
+    assert f"{shape.minutes} minutes to read the main path (at most 15)" in problems
+    assert shape.minutes > 15
+
+
 def test_a_check_that_prints_and_an_error_line_are_told_apart():
     error = '<div class="cell_output"><div class="output traceback"><pre>' + "e" * 200
     body = SHORT + cell("assert y", "printed", check=True)
