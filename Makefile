@@ -10,13 +10,14 @@ PORT ?= 8000
 # link's text follows its target's title even on a page that did not change.
 BOOK_FLAGS := --warningiserror --nitpick --keep-going --all
 
-.PHONY: help book pdf test lint bench matrix serve lab clean distclean
+.PHONY: help book pdf test lint bench matrix serve lab clean distclean install-check
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
 	@echo "make pdf    the whole book as one PDF in _build/pdf/ (and a link to it on the intro)"
 	@echo "make test   lint, build the book and run the whole test suite"
 	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
+	@echo "make install-check  the tool page's install line, in an empty virtual environment"
 	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
 	@echo "make matrix run every chapter on the newest torch too; compare (book/torch-matrix.json)"
 	@echo "make serve  serve _build/html on http://localhost:$(PORT)"
@@ -43,10 +44,16 @@ pdf: book
 test: lint
 	$(BIN)/python -m pytest
 
+# Not part of `make test` (it installs torch into a new environment: minutes): the
+# install line of the tool's page, run in an empty venv against a tagged copy.
+install-check:
+	@scripts/setup-env dev
+	$(BIN)/python -m pytest -q tests/check_install.py
+
 lint:
 	@scripts/setup-env dev
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check src/gradstop/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
+	$(BIN)/ruff format --check src/gradstop/*.py src/gradstop/*/*.py tests/*.py book/*.py book/_ext/*.py scripts/*.py
 	$(BIN)/python scripts/check-notebooks
 
 bench:

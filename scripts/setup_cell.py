@@ -5,21 +5,26 @@
 
 A chapter opened outside the book's repository (its page's download button,
 Colab) has no ``gradstop``, the book's helper package. The cell installs it
-with pip from the repository named in ``_config.yml`` (``repository.url`` and
-``branch``, the same place the Binder and Colab buttons are made from), or from
-the folder or URL in the environment variable ``GRADSTOP_SOURCE``. It installs
+with pip from the repository named in ``_config.yml`` (``repository.url``, the
+same place the Binder and Colab buttons are made from), at the tag of the
+package's own version (``gradstop-v`` and ``pyproject.toml``'s version: a fixed
+version, so a chapter downloaded today installs the package it was written for
+after the package changes), or from the folder or URL in the environment
+variable ``GRADSTOP_SOURCE``. It installs
 Graphviz's ``dot`` with apt-get when it is missing and the notebook runs as root
 (as on Colab), and otherwise says in one line what to install. Where both are
 already there (the repository, Binder, the build) it prints nothing; the book's
 pages leave it out (``remove-cell``).
 
-Change the repository in ``_config.yml``, run this script, commit the chapters:
-``make lint`` fails while a chapter's cell disagrees with ``_config.yml``.
+Change the repository in ``_config.yml`` or the version in ``pyproject.toml``, run
+this script, commit the chapters: ``make lint`` fails while a chapter's cell
+disagrees with either. The publisher tags that version (README, "Publishing").
 """
 
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import nbformat
@@ -43,7 +48,7 @@ from IPython import get_ipython
 
 if get_ipython() is not None:  # a failing cell shows its error, not every frame
     get_ipython().InteractiveTB.set_mode("Minimal")
-BOOK = "git+{url}@{branch}"
+BOOK = "git+{url}@{tag}"
 source = os.environ.get("GRADSTOP_SOURCE", BOOK)  # or a local clone's folder
 if importlib.util.find_spec("gradstop") is None:
     url = source if "://" in source else Path(source).resolve().as_uri()
@@ -68,11 +73,26 @@ if shutil.which("dot") is None:
           "graphviz' or 'conda install graphviz'), then restart the kernel.")"""
 
 
-def source(root: Path = ROOT) -> str:
-    """The setup cell's code, for the repository named in ``root``'s _config.yml."""
+def repository(root: Path = ROOT) -> str:
+    """The repository named in ``root``'s _config.yml."""
     config = yaml.safe_load((root / "_config.yml").read_text("utf-8"))
-    repository = config["repository"]
-    return TEMPLATE.format(url=repository["url"].rstrip("/"), branch=repository["branch"])
+    return config["repository"]["url"].rstrip("/")
+
+
+def tag(root: Path = ROOT) -> str:
+    """The tag of the package's version, ``gradstop-v0.2.0``: what every cell installs."""
+    project = tomllib.loads((root / "pyproject.toml").read_text("utf-8"))["project"]
+    return f"gradstop-v{project['version']}"
+
+
+def install_line(root: Path = ROOT) -> str:
+    """The one line a reader runs to install the package beside their own code."""
+    return f'pip install "gradstop @ git+{repository(root)}@{tag(root)}"'
+
+
+def source(root: Path = ROOT) -> str:
+    """The setup cell's code, for the repository and the package version of ``root``."""
+    return TEMPLATE.format(url=repository(root), tag=tag(root))
 
 
 def chapters(root: Path = ROOT) -> list[Path]:

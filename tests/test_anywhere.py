@@ -70,11 +70,11 @@ def test_every_chapter_starts_with_the_setup_cell_from_the_config(path):
     nb = nbformat.read(path, as_version=4)
     assert setup_cell.problems(nb, path) == []
     repo = CONFIG["repository"]
-    assert f'BOOK = "git+{repo["url"]}@{repo["branch"]}"' in setup_cell.source()
+    assert f'BOOK = "git+{repo["url"]}@{setup_cell.tag()}"' in setup_cell.source()
 
 
 def test_a_changed_repository_url_is_caught_and_rewritten(tmp_path):
-    nbcheck.repo_copy(tmp_path, ["_config.yml", "notebooks", "scripts"])
+    nbcheck.repo_copy(tmp_path, ["_config.yml", "pyproject.toml", "notebooks", "scripts"])
     config = tmp_path / "_config.yml"
     config.write_text(
         config.read_text("utf-8").replace(CONFIG["repository"]["url"], "https://example.org/fork")
@@ -85,7 +85,7 @@ def test_a_changed_repository_url_is_caught_and_rewritten(tmp_path):
     subprocess.run([sys.executable, "scripts/setup_cell.py"], cwd=tmp_path, check=True)
     assert subprocess.run(check, cwd=tmp_path).returncode == 0
     first = nbformat.read(tmp_path / CHAPTERS[0].relative_to(ROOT), as_version=4).cells
-    assert 'BOOK = "git+https://example.org/fork@main"' in next(
+    assert f'BOOK = "git+https://example.org/fork@{setup_cell.tag()}"' in next(
         c.source for c in first if c.cell_type == "code"
     )
 

@@ -155,6 +155,41 @@ def undecided():
     return loss, w, None
 
 
+def partial():
+    w = leaf()
+    with gp.record() as rec:
+        h = w * X
+        loss = (h * h.detach()).sum()  # one path kept, one cut
+    return loss, w, rec
+
+
+def not_accumulated():
+    w = leaf()
+    with gp.record() as rec:
+        loss = (w * X).sum()
+        torch.autograd.grad(loss, w, retain_graph=True)  # returns it, fills no .grad
+    return loss, w, rec
+
+
+def unregistered():
+    return ok()  # the tensor is then asked about as a loose tensor of a model
+
+
+def checkpointed():
+    block, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    with gp.record() as rec, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "None of the inputs have requires_grad=True"
+        out = torch.utils.checkpoint.checkpoint(block, X, use_reentrant=True)
+        loss = head(out).sum()
+    return loss, block.weight, rec
+
+
+def recomputed():
+    layer = nn.utils.parametrizations.weight_norm(nn.Linear(3, 2))
+    loss = layer(X).sum()
+    return loss, layer.weight, None  # a fresh tensor: not the one loss used
+
+
 CASES = {
     Reason.OK: ok,
     Reason.NOT_YET: not_yet,
@@ -173,10 +208,20 @@ CASES = {
     Reason.UNUSED: unused,
     Reason.NOT_ON_PATH: not_on_path,
     Reason.UNDECIDED: undecided,
+    Reason.PARTIAL: partial,
+    Reason.NOT_ACCUMULATED: not_accumulated,
+    Reason.UNREGISTERED: unregistered,
+    Reason.CHECKPOINTED: checkpointed,
+    Reason.RECOMPUTED: recomputed,
 }
 # A word each sentence must contain: the cause it names.
 CAUSE_WORDS = {
     Reason.OK: "holds a gradient (the sum over every backward()",
+    Reason.PARTIAL: "a path is cut at detach()",
+    Reason.NOT_ACCUMULATED: "torch.autograd.grad() returns the gradients",
+    Reason.UNREGISTERED: "not a registered parameter",
+    Reason.CHECKPOINTED: "use_reentrant=False",
+    Reason.RECOMPUTED: "each time it is read (a parametrization",
     Reason.NOT_YET: "zero_grad()",
     Reason.HOOKED: "hook <lambda> on h",
     Reason.NON_LEAF: "grad_fn=ToCopyBackward0",
@@ -184,9 +229,9 @@ CAUSE_WORDS = {
     Reason.NO_REQUIRES_GRAD: "requires_grad=True",
     Reason.SWITCHED_OFF: "requires_grad_(False)",
     Reason.LATE_REQUIRES_GRAD: "before computing loss",
-    Reason.DETACHED: "cut at detach(), applied to h,",
+    Reason.DETACHED: "cut at detach(), applied to h (in `h.detach()`, line",
     Reason.DATA: "cut at .data",
-    Reason.NO_GRAD: "cut at mul(), where w became h, which ran with gradient recording off",
+    Reason.NO_GRAD: "cut at mul(), where w became h (in `w * 2`, line",
     Reason.COPIED: "cut at torch.tensor()",
     Reason.NOT_DIFFERENTIABLE: "cut at gt()",
     Reason.LEFT_TORCH: "through item()",
@@ -203,7 +248,10 @@ def test_every_reason_has_a_case():
 @pytest.mark.parametrize("reason", list(Reason), ids=lambda r: r.name)
 def test_each_reason_code(reason):
     loss, w, rec = CASES[reason]()  # without a recording, the sentence says "loss", "w"
-    found = gp.why_no_grad(loss, w, recording=rec)
+    if reason is Reason.UNREGISTERED:  # only grad_report asks whether it is registered
+        found = diagnosis.diagnose(loss, w, rec, ("w", "loss"), registered=False)
+    else:
+        found = gp.why_no_grad(loss, w, recording=rec)
     assert found.reason is reason, found
     assert CAUSE_WORDS[reason] in found.sentence, found.sentence
     assert found.sentence.count(".") >= 1 and "{" not in found.sentence
@@ -227,7 +275,7 @@ def test_a_fine_gradient_is_ok_and_reached():
     assert found.reason is Reason.OK and found.reached
     assert str(found).startswith("OK: backward() from loss reaches w")
     assert max(len(line) for line in str(found).splitlines()) <= 78
-    assert found.trail[-1] == "hooks on the path? no"
+    assert found.trail[-1] == "hooks on the path that change it? no"
 
 
 def test_a_hook_on_an_intermediate_needs_the_recording_and_zeros_are_flagged():
@@ -476,7 +524,9 @@ def test_rules_are_a_tree_that_reaches_every_reason():
 
 
 def svg_texts(svg: str) -> list[str]:
-    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+    """Every piece of text in the SVG: whole <text> elements and each <tspan> in them."""
+    pieces = re.findall(r"<(?:text|tspan)[^>]*>([^<]*)</(?:text|tspan)>", svg)
+    return [html.unescape(t).strip() for t in pieces if t.strip()]
 
 
 def test_every_reason_code_appears_in_the_figure():
@@ -491,8 +541,12 @@ def test_every_reason_code_appears_in_the_figure():
 def test_the_figure_follows_the_rules_table(monkeypatch):
     extra = diagnosis.Question("extra", "a question added to the table?", lambda f: "yes", {})
     extra.branches["yes"] = Reason.OK
-    monkeypatch.setattr(diagnosis, "RULES", (*RULES, extra))
-    assert "a question added to the table?" in " ".join(svg_texts(gp.decision_tree().svg))
+    first = diagnosis.Question(
+        RULES[0].key, RULES[0].text, RULES[0].answer, {**RULES[0].branches, "no": "extra"}
+    )
+    monkeypatch.setattr(diagnosis.rules, "RULES", (first, *RULES[1:], extra))
+    texts = " ".join(svg_texts(gp.decision_tree().svg))
+    assert "a question added to the table?" in texts
 
 
 def test_the_figure_is_byte_stable_and_alt_text_can_be_given():
@@ -503,7 +557,15 @@ def test_the_figure_is_byte_stable_and_alt_text_can_be_given():
 
 
 def test_reached_reasons_are_exactly_those_where_gradient_flows():
-    assert REACHED == {Reason.OK, Reason.NOT_YET, Reason.HOOKED, Reason.NON_LEAF}
+    assert REACHED == {
+        Reason.OK,
+        Reason.NOT_YET,
+        Reason.HOOKED,
+        Reason.NON_LEAF,
+        Reason.PARTIAL,
+        Reason.NOT_ACCUMULATED,
+        Reason.UNREGISTERED,
+    }
 
 
 # --- what the recorder notes for the diagnosis ----------------------------------------
@@ -656,3 +718,555 @@ def test_a_non_leaf_copy_of_a_leaf_offers_the_leaf_fix_first():
     h = w * X  # a computed value: reading its gradient is the likelier wish
     second = gp.why_no_grad(h.sum(), h).sentence.split(": ", 1)[1]
     assert second.startswith("to read its gradient, call h.retain_grad()")
+
+
+# --- The cases forums ask about (issue 26): each verdict checked against what PyTorch does.
+
+
+def fit(u, b):
+    return (u.sum() + b - 1).pow(2).sum()
+
+
+@pytest.mark.parametrize(
+    "make, reason, words",
+    [
+        ("torch.tensor(losses)", Reason.COPIED, "torch.stack"),
+        ("torch.stack(losses).argmax().float()", Reason.NOT_DIFFERENTIABLE, "argmax()"),
+    ],
+)
+def test_a_loss_with_no_graph_is_diagnosed_from_the_recording(make, reason, words):
+    w = leaf()
+    with gp.record() as rec, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.tensor(list of tensors) warns once
+        losses = [(w * xi - 1).pow(2).sum() for xi in X]
+        loss = eval(make, {"torch": torch, "losses": losses})
+    assert loss.grad_fn is None and not loss.requires_grad
+    with pytest.raises(RuntimeError, match="element 0 of tensors does not require grad"):
+        loss.backward()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is reason and words in found.sentence
+    assert "raises 'element 0 of tensors does not require grad" in found.sentence
+    with pytest.raises(ValueError, match="pass recording=rec"):
+        gp.why_no_grad(loss, w)  # without the recording there is nothing to read
+
+
+def test_a_loss_computed_under_no_grad_or_a_reentrant_checkpoint_is_read_too():
+    model = nn.Linear(3, 1)
+    with gp.record() as rec:
+        with torch.no_grad():
+            loss = model(X).pow(2).sum()
+    assert gp.why_no_grad(loss, model.weight, recording=rec).reason is Reason.NO_GRAD
+    with gp.record() as rec, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loss = torch.utils.checkpoint.checkpoint(model, X, use_reentrant=True).sum()
+    assert loss.grad_fn is None
+    found = gp.why_no_grad(loss, model.weight, recording=rec)
+    assert found.reason is Reason.CHECKPOINTED and "use_reentrant=False" in found.sentence
+
+
+def full_gradient(make_loss, w):
+    """w's gradient with every path kept (the reference a partial cut falls short of)."""
+    (grad,) = torch.autograd.grad(make_loss(w, keep=True), w)
+    return grad
+
+
+def test_a_partial_cut_is_named_although_grad_is_filled():
+    def loss_of(w, keep=False):
+        h = w * X
+        back = h.tanh() if keep else torch.tensor(np.tanh(h.detach().numpy()))
+        return (h * 2 + back).sum()
+
+    w = leaf()
+    with gp.record() as rec:
+        loss = loss_of(w)
+    loss.backward()
+    assert w.grad is not None and not torch.allclose(w.grad, full_gradient(loss_of, w))
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.PARTIAL and found.reached
+    assert "left PyTorch and came back" in found.sentence and "numpy()" in found.sentence
+    assert found.uses == ("mul(): reaches loss",)
+    assert gp.why_no_grad(loss, w).reason is Reason.OK  # the graph alone cannot see it
+
+
+def test_a_detach_beside_a_kept_path_is_partial_and_names_the_line():
+    w = leaf()
+    with gp.record() as rec:
+        h = w * X
+        loss = (h * h.detach()).sum()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.PARTIAL
+    assert "cut at detach() (in `h.detach()`, line" in found.sentence
+    assert "If that cut is meant (a stop-gradient, a target), this is right" in found.sentence
+
+
+def hooked_pair(kind):
+    """Two layers; on the second, a hook that returns zeros (a full hook or a pre-hook)."""
+    first, second = nn.Linear(3, 3), nn.Linear(3, 1)
+    if kind == "full":
+        second.register_full_backward_hook(lambda m, gin, gout: (torch.zeros_like(gin[0]),))
+    else:
+        second.register_full_backward_pre_hook(lambda m, gout: (torch.zeros_like(gout[0]),))
+    return first, second
+
+
+def plain_grads(first, second):
+    twin_first, twin_second = copy.deepcopy(first), copy.deepcopy(second)
+    twin_first._backward_hooks.clear()
+    twin_second._backward_hooks.clear()
+    twin_second._backward_pre_hooks.clear()
+    twin_second(twin_first(X)).sum().backward()
+    return twin_first.weight.grad, twin_second.weight.grad
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "graph only"])
+def test_a_full_backward_hook_cannot_change_its_own_modules_parameters(recorded):
+    first, second = hooked_pair("full")
+    plain_first, plain_second = plain_grads(first, second)
+    with gp.record() as rec:
+        loss = second(first(X)).sum()
+    loss.backward()
+    torch.testing.assert_close(second.weight.grad, plain_second)  # the hook did not touch it
+    assert torch.count_nonzero(first.weight.grad) == 0 != torch.count_nonzero(plain_first)
+    rec = rec if recorded else None
+    own = gp.why_no_grad(loss, second.weight, recording=rec)
+    assert own.reason is Reason.OK and "full backward hook" in own.sentence
+    assert "cannot change this gradient" in own.sentence
+    assert gp.why_no_grad(loss, first.weight, recording=rec).reason is Reason.HOOKED
+
+
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "graph only"])
+def test_a_backward_pre_hook_changes_its_own_modules_parameters(recorded):
+    first, second = hooked_pair("pre")
+    with gp.record() as rec:
+        loss = second(first(X)).sum()
+    loss.backward()
+    assert torch.count_nonzero(second.weight.grad) == 0
+    found = gp.why_no_grad(loss, second.weight, recording=rec if recorded else None)
+    assert (
+        found.reason is Reason.HOOKED and "backward pre-hook <lambda> on second" in found.sentence
+    )
+
+
+def test_a_module_whose_input_needs_no_grad_explains_grad_input_none():
+    layer, seen = nn.Linear(3, 2), []
+    layer.register_full_backward_hook(lambda m, gin, gout: seen.append(gin))
+    with gp.record() as rec, pytest.warns(UserWarning, match="Full backward hook is firing"):
+        loss = layer(X).sum()
+        loss.backward()
+    assert seen == [(None,)]
+    found = gp.why_no_grad(loss, layer.weight, recording=rec)
+    assert found.reason is Reason.OK and "grad_input == (None,)" in found.sentence
+
+
+def test_a_hook_registered_before_an_in_place_op_is_seen():
+    x = torch.ones(3, requires_grad=True)
+    with gp.record() as rec:
+        y = x * 2
+        handle = y.register_hook(lambda grad: grad * 10)
+        y.mul_(3)
+        loss = y.sum()
+    loss.backward()
+    assert x.grad.tolist() == [60.0, 60.0, 60.0]  # 2 * 3 * 10: the hook did run
+    found = gp.why_no_grad(loss, x, recording=rec)
+    assert found.reason is Reason.HOOKED and "registered before mul_()" in found.sentence
+    handle.remove()
+    assert gp.why_no_grad(loss, x, recording=rec).reason is Reason.OK
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        "torch.tensor(losses)",
+        "torch.as_tensor(losses)",
+        "torch.Tensor(losses)",
+        "torch.FloatTensor(losses)",
+        "losses[0].new_tensor(losses)",
+    ],
+)
+def test_every_copy_constructor_is_a_copy_fixed_by_stack(make, tmp_path):
+    # The legacy constructors are seen only through the line that ran them, so the
+    # case runs from a file of its own (as a reader's script or notebook cell would).
+    script = tmp_path / "bug.py"
+    script.write_text(
+        "import warnings\nimport torch\nimport gradstop as gp\n"
+        "w, b = torch.ones(3, requires_grad=True), torch.ones(1, requires_grad=True)\n"
+        "with gp.record() as rec, warnings.catch_warnings():\n"
+        "    warnings.simplefilter('ignore')\n"
+        "    losses = [(w * k).sum() for k in range(3)]\n"
+        f"    total = {make}.sum() * b\n"
+        "found = gp.why_no_grad(total, w, recording=rec)\n"
+    )
+    space: dict = {}
+    exec(compile(script.read_text(), str(script), "exec"), space)
+    found = space["found"]
+    assert found.reason is Reason.COPIED, found
+    assert "torch.stack" in found.sentence and "line 8" in found.sentence
+    w = leaf()
+    torch.stack([(w * k).sum() for k in range(3)]).sum().backward()
+    assert w.grad is not None  # the fix keeps the graph
+
+
+def test_a_parametrized_weight_is_recomputed_on_every_read():
+    layer = nn.utils.parametrizations.weight_norm(nn.Linear(3, 2))
+    loss = layer(X).sum()
+    loss.backward()
+    with pytest.warns(UserWarning, match="not a leaf Tensor"):
+        assert layer.weight.grad is None
+    assert layer.weight is not layer.weight  # a fresh tensor on every read
+    found = gp.why_no_grad(loss, layer.weight)
+    assert found.reason is Reason.RECOMPUTED and found.sentence.startswith("layer.weight is")
+    originals = layer.parametrizations.weight
+    assert originals.original0.grad is not None and originals.original1.grad is not None
+    assert "layer.parametrizations.weight.original1" in found.sentence
+    report = gp.grad_report(loss, layer)
+    assert report.reasons["parametrizations.weight.original0"] is Reason.OK
+
+
+def test_autograd_grad_and_backward_inputs_fill_no_grad_for_the_others():
+    w = leaf()
+    with gp.record() as rec:
+        loss = (w * X).sum()
+        (grad,) = torch.autograd.grad(loss, w)
+    assert w.grad is None and grad is not None
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_ACCUMULATED and "use the values it returns" in found.sentence
+    w, x = leaf(), leaf()
+    with gp.record() as rec:
+        loss = (w * x).sum()
+        loss.backward(inputs=[x])
+    assert w.grad is None and x.grad is not None
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_ACCUMULATED and "not among them" in found.sentence
+    assert gp.why_no_grad(loss, x, recording=rec).reason is Reason.OK
+
+
+def test_checkpointing_in_both_flavours():
+    block, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    inputs = torch.randn(2, 3, requires_grad=True)
+    for reentrant in (False, True):
+        block.zero_grad()
+        with gp.record() as rec:
+            out = torch.utils.checkpoint.checkpoint(block, inputs, use_reentrant=reentrant)
+            loss = head(out).sum()
+        assert gp.why_no_grad(loss, block.weight, recording=rec).reason is Reason.NOT_YET
+        without = gp.why_no_grad(loss, block.weight).reason
+        assert without is (Reason.UNDECIDED if reentrant else Reason.NOT_YET)
+        loss.backward()
+        assert block.weight.grad is not None
+        assert gp.why_no_grad(loss, block.weight, recording=rec).reason is Reason.OK
+
+
+def test_checkpoint_without_an_input_that_requires_grad_is_fixed_by_use_reentrant_false():
+    loss, weight, rec = checkpointed()
+    loss.backward()
+    assert weight.grad is None
+    block, head = nn.Linear(3, 3), nn.Linear(3, 1)
+    head(torch.utils.checkpoint.checkpoint(block, X, use_reentrant=False)).sum().backward()
+    assert block.weight.grad is not None  # the fix the sentence gives
+
+
+def test_a_manual_update_is_a_non_leaf_whose_fix_is_in_place_under_no_grad():
+    w = leaf()
+    with gp.record() as rec:
+        loss = fit(w * X, 0.0)
+        loss.backward()
+        w = w - 0.1 * w.grad  # a new, computed tensor
+        loss = fit(w * X, 0.0)
+    for recording in (rec, None):
+        found = gp.why_no_grad(loss, w, recording=recording)
+        assert found.reason is Reason.NON_LEAF
+        fix = found.sentence.split(": ", 1)[1]
+        assert fix.index("torch.no_grad()") < fix.find("retain_grad() is not the fix")
+    assert "w was computed from a .grad" in gp.why_no_grad(loss, w, recording=rec).sentence
+    w = leaf()  # the fix: w stays the same leaf, and its gradient comes every step
+    for _ in range(3):
+        fit(w * X, 0.0).backward()
+        with torch.no_grad():
+            w -= 0.1 * w.grad
+        w.grad = None
+    assert w.is_leaf and w.grad_fn is None
+
+
+def test_grad_report_finds_tensors_the_model_holds_without_registering_them():
+    class Loose(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [nn.Linear(3, 3) for _ in range(2)]  # not nn.ModuleList
+            self.gain = torch.ones(1, requires_grad=True)  # not nn.Parameter
+            self.head = nn.Linear(3, 1)
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x).relu()
+            return self.head(x) * self.gain
+
+    model = Loose()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss = model(X).sum()
+    report = gp.grad_report(loss, model, optimizer=optimizer)
+    loose = {"blocks[0].weight", "blocks[0].bias", "blocks[1].weight", "blocks[1].bias", "gain"}
+    assert report.unregistered == loose
+    assert {report.reasons[n] for n in loose} == {Reason.UNREGISTERED}
+    assert {n for n, _ in model.named_parameters()} == {"head.weight", "head.bias"}
+    assert "nn.ModuleList" in repr(report) and "(as for blocks[0].weight)" in repr(report)
+    held = torch.optim.SGD([*model.parameters(), model.gain], lr=0.1)  # held: not flagged
+    assert gp.grad_report(loss, model, optimizer=held).reasons["gain"] is Reason.NOT_YET
+
+
+def test_a_custom_function_is_named_and_only_its_inputs_get_gradient():
+    class Rounded(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            result = t.round()
+            ctx.mark_non_differentiable(result)
+            return result
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None
+
+    w, b = leaf(), bias()
+    with gp.record() as rec:
+        loss = fit(Rounded.apply(w * X), b)
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_DIFFERENTIABLE and "forward of Rounded" in found.sentence
+    scale = torch.tensor(2.0, requires_grad=True)
+
+    class Scaled(torch.autograd.Function):  # uses scale, not given as an input
+        @staticmethod
+        def forward(ctx, t):
+            return t * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            return grad * 2.0
+
+    with gp.record() as rec:
+        loss = fit(Scaled.apply(w * X), b)
+    loss.backward()
+    assert scale.grad is None and w.grad is not None
+    found = gp.why_no_grad(loss, scale, recording=rec)
+    assert found.reason is Reason.NOT_DIFFERENTIABLE and "Scaled.apply()" in found.sentence
+    assert gp.why_no_grad(loss, w, recording=rec).reason is Reason.OK  # no false PARTIAL
+
+
+def test_a_module_called_through_forward_skips_its_hooks_and_the_report_says_so():
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    calls = []
+    model[1].register_full_backward_hook(lambda m, gin, gout: calls.append(m))
+    with gp.record() as rec:
+        loss = model[1].forward(model[0](X)).sum()  # .forward(): no hooks
+    loss.backward()
+    assert calls == []
+    report = gp.grad_report(loss, model, recording=rec)
+    assert any("1 has backward hooks" in note and ".forward()" in note for note in report.notes)
+
+
+# --- torch.compile: read correctly, or said clearly that it cannot be
+
+
+class CutInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(3, 3), nn.Linear(3, 1)
+
+    def forward(self, x):
+        return self.b(self.a(x).detach())
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    model = CutInside()
+    return model, torch.compile(model, backend="aot_eager")
+
+
+def test_a_compiled_model_without_a_recording_is_undecided_not_guessed(compiled):
+    model, fast = compiled
+    model.zero_grad()
+    loss = fast(X).sum()
+    assert "CompiledFunctionBackward" in gp.grad_fn_names(loss)
+    loss.backward()
+    assert model.a.weight.grad is None and model.b.weight.grad is not None
+    cut = gp.why_no_grad(loss, model.a.weight)
+    assert cut.reason is Reason.UNDECIDED and "torch.compile'd code" in cut.sentence
+    assert "model._orig_mod" in cut.sentence
+    kept = gp.why_no_grad(loss, model.b.weight)
+    assert kept.reason is Reason.OK and "torch.compile'd code" in kept.sentence
+
+
+def test_a_compiled_model_inside_a_recording_runs_eagerly_and_is_read(compiled):
+    model, fast = compiled
+    model.zero_grad()
+    with gp.record() as rec:
+        loss = fast(X).sum()
+    assert "CompiledFunctionBackward" not in gp.grad_fn_names(loss)
+    found = gp.why_no_grad(loss, model.a.weight, recording=rec)
+    assert found.reason is Reason.DETACHED and "self.a(x).detach()" in found.sentence
+    loss.backward()
+    assert gp.why_no_grad(loss, model.b.weight, recording=rec).reason is Reason.OK
+    assert model.a.weight.grad is None
+
+
+# --- diagnose_step: around a reader's own training step
+
+INPUTS, TARGETS = torch.randn(8, 3), torch.randn(8, 1)
+
+
+def small_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+
+
+def test_diagnose_step_on_a_fine_step_lists_every_parameter_as_fine(capsys):
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer) as step:
+        optimizer.zero_grad()
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    printed = capsys.readouterr().out
+    assert printed.startswith("diagnose_step: backward() from loss; optimizer.step() ran 1 time.")
+    assert "Fine (the gradient arrived, and optimizer.step() changed it): 0.weight" in printed
+    assert step.problems == {} and set(step.reasons.values()) == {Reason.OK}
+    assert max(len(line) for line in printed.splitlines()) <= 80
+
+
+def test_diagnose_step_reports_a_loss_with_no_graph_and_lets_the_error_through(capsys):
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="element 0 of tensors"):
+        with gp.diagnose_step(model, optimizer) as step:
+            losses = [(model(x) - y).pow(2).sum() for x, y in zip(INPUTS, TARGETS, strict=True)]
+            loss = torch.tensor(losses).mean()
+            loss.backward()
+    printed = capsys.readouterr().out
+    assert "The block raised RuntimeError: element 0 of tensors" in printed
+    assert set(step.reasons.values()) == {Reason.COPIED}
+    assert "torch.stack" in printed and "`torch.tensor(losses)`" in printed
+
+
+def test_diagnose_step_sees_zero_grad_between_backward_and_step():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.zero_grad()  # wipes the gradients the step needs
+        optimizer.step()
+    assert {r.changed for r in step.rows} == {False}
+    assert all("never between them" in text for text in step.problems.values())
+
+
+def test_diagnose_step_sees_momentum_move_a_parameter_whose_gradient_a_hook_zeroed():
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=0.1)
+    model.weight.register_hook(torch.zeros_like)  # meant to freeze it
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        optimizer.step()
+    weight = next(r for r in step.rows if r.name == "weight")
+    assert weight.grad_at_step == "zeros" and weight.changed  # weight decay moved it
+    assert "momentum or weight decay" in weight.problem
+    assert step.reasons["weight"] is Reason.HOOKED
+
+
+def test_diagnose_step_names_parameters_the_optimizer_does_not_hold():
+    model = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model.weight = nn.Parameter(torch.zeros(1, 3))  # replaced after the optimizer
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        optimizer.step()
+    assert "the optimizer holds another tensor" in step.problems["weight"]
+    assert "the optimizer's parameter 0 (not the model's)" in step.problems
+
+
+def test_diagnose_step_flags_a_manual_update_on_the_step_that_makes_it():
+    w = leaf()
+    with gp.diagnose_step(tensors={"w": w}, show=False) as step:
+        loss = fit(w * X, 0.0)
+        loss.backward()
+        w = w - 0.1 * w.grad
+    assert step.reasons == {"w": Reason.OK}
+    assert any("w now holds a new tensor computed from w.grad" in n for n in step.notes)
+    assert "optimizer.step()" not in str(step).splitlines()[0]
+
+
+def test_diagnose_step_with_tensors_of_a_plain_list(capsys):
+    class Loose(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = [nn.Linear(3, 3)]
+            self.head = nn.Linear(3, 1)
+
+        def forward(self, x):
+            return self.head(self.blocks[0](x))
+
+    model = Loose()
+    optimizer = torch.optim.Adam(model.parameters())
+    with gp.diagnose_step(model, optimizer) as step:
+        optimizer.zero_grad()
+        model(INPUTS).pow(2).mean().backward()
+        optimizer.step()
+    assert step.reasons["blocks[0].weight"] is Reason.UNREGISTERED
+    assert "blocks[0].weight, blocks[0].bias: reached; not a registered" in capsys.readouterr().out
+
+
+def test_diagnose_step_bad_input_is_a_clear_error():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        with gp.diagnose_step([1]):
+            pass
+    with pytest.raises(TypeError, match="tensors must be a dict"):
+        with gp.diagnose_step(tensors=[leaf()]):
+            pass
+    with pytest.raises(ValueError, match="give the model, the optimizer or tensors"):
+        with gp.diagnose_step():
+            pass
+
+
+def test_diagnose_step_without_backward_says_where_to_put_it():
+    model = small_model()
+    with gp.diagnose_step(model, show=False) as step:
+        model(INPUTS).sum()
+    assert step.losses == () and "Put loss.backward() inside the block" in str(step)
+
+
+def test_diagnose_step_explains_an_in_place_error_and_names_the_change(capsys):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        with gp.diagnose_step(model, optimizer):
+            loss = model(INPUTS).pow(2).mean()
+            loss.backward(retain_graph=True)  # "silences" the second-backward error...
+            optimizer.step()  # ...but the step changes what the graph saved
+            loss.backward()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "What it means: a tensor saved for the gradient was changed in place" in printed, printed
+    assert "Here: 2.weight was changed by add_() (in `optimizer.step()`, line" in printed
+
+
+@pytest.mark.parametrize(
+    "error, words",
+    [
+        ("Trying to backward through the graph a second time (or ...)", "h = h.detach()"),
+        ("grad can be implicitly created only for scalar outputs", "loss.mean()"),
+        ("unsupported operand type(s) for *: 'float' and 'NoneType'", "a .grad was None"),
+        ("a leaf Variable that requires grad is being used in an in-place operation.", "no_grad"),
+        ("something else entirely", ""),
+    ],
+)
+def test_the_errors_readers_meet_are_explained(error, words):
+    from gradstop.diagnosis.errors import explain
+
+    text = explain(error, gp.forward.Recording(), {})
+    assert (words in text) if words else text == ""
+
+
+def test_a_leaf_scaled_at_creation_gets_the_make_it_last_fix_first():
+    w = torch.randn(3, requires_grad=True) * 0.01  # the classic init bug
+    fix = gp.why_no_grad((w * X).sum(), w).sentence.split(": ", 1)[1]
+    assert fix.startswith("if w is meant to be trained, create it as a leaf")

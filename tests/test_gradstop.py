@@ -618,7 +618,7 @@ LABEL_SPLIT = re.compile(r"""\.split\(\s*["']\\n["']""")
 def long_functions(folder: Path) -> list[str]:
     """Every function in ``folder``'s modules longer than LONGEST lines."""
     found = []
-    for module in sorted(folder.glob("*.py")):
+    for module in sorted(folder.rglob("*.py")):
         for node in ast.walk(ast.parse(module.read_text("utf-8"))):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
@@ -654,7 +654,7 @@ def test_no_function_in_the_package_is_longer_than_a_screenful():
 def test_colours_come_from_the_palette_and_assertions_use_names():
     notebooks = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("book/*.ipynb")])
     problems = [p for path in notebooks for p in notebook_problems(path)]
-    sources = [*sorted(ROOT.glob("tests/*.py")), *sorted(PACKAGE.glob("*.py"))]
+    sources = [*sorted(ROOT.glob("tests/*.py")), *sorted(PACKAGE.rglob("*.py"))]
     problems += [
         p
         for path in sources

@@ -16,8 +16,9 @@ order; each is short:
 ``diagnosis``
     ``why_no_grad(output, tensor)``: why a gradient is missing, as a reason
     code and one sentence, read from the graph (and from a recording);
-    ``grad_report(loss, model)`` for every parameter; ``decision_tree()``
-    draws the rules both follow.
+    ``grad_report(loss, model)`` for every parameter; ``diagnose_step(model,
+    optimizer)`` around your own training step; ``decision_tree()`` draws the
+    rules they follow. A subpackage: facts, rules, sentences, report, picture.
 ``tables``
     ``print_table`` prints a table of results; ``grad_state`` says, for each named
     module or tensor, whether backward() left ``None``, zeros or a gradient.
@@ -29,7 +30,7 @@ order; each is short:
 """
 
 from . import palette
-from .diagnosis import Reason, decision_tree, grad_report, why_no_grad
+from .diagnosis import Reason, decision_tree, diagnose_step, grad_report, why_no_grad
 from .forward import forward_view, record
 from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side, stacked
@@ -43,6 +44,7 @@ __all__ = [
     "backward_graph",
     "backward_nodes",
     "decision_tree",
+    "diagnose_step",
     "forward_view",
     "grad_report",
     "grad_fn_names",

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import graphviz
@@ -43,6 +44,14 @@ CUT_OPS = {"detach", "detach_", "data"}
 EXIT_OPS = {"item", "tolist", "numpy", "float", "int", "index", "array"}
 # Runs of at least this many operations joined by unnamed results become one box.
 FOLD_AT = 3
+# What else a run says, for the diagnosis (gradstop.diagnosis adds these): each
+# BEFORE(recording, func, args, kwargs) runs before a call (backward() may raise), each
+# AFTER(recording, func, args, kwargs, result, call) after it, with the _Call noted
+# for it (or None). They note backward passes, .grad reads, hooks, module hooks.
+BEFORE: list[Callable] = []
+AFTER: list[Callable] = []
+# Backward passes: not operations of the forward pass (the diagnosis notes them).
+PASSES = (torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad)
 
 # ---------------------------------------------------------------------------
 # 1. Record what ran.
@@ -68,6 +77,8 @@ class _Call:
     # An input changed since its recorded state by something the recorder did not
     # see (its grad_fn or requires_grad differ): what the recording says is stale.
     unseen: bool = False
+    where: str = ""  # the reader's line that ran it, for a call that cuts (the diagnosis)
+    region: str = ""  # "CheckpointFunction": the custom Function whose forward ran it
 
 
 @dataclass
@@ -79,6 +90,7 @@ class Recording:
     # Calls that turned tensors into Python numbers or NumPy arrays (EXIT_OPS).
     exits: list[_Call] = field(default_factory=list)
     names: dict[int, str] = field(default_factory=dict)  # id(tensor) -> variable name
+    notes: dict[str, object] = field(default_factory=dict)  # what BEFORE and AFTER note
     _latest: dict[int, int] = field(default_factory=dict)  # id(tensor) -> newest state
 
     def state_of(self, tensor: torch.Tensor) -> int:
@@ -123,29 +135,71 @@ def _changed(state: _Recorded, tensor: torch.Tensor) -> bool:
     return tensor.grad_fn is not state.grad_fn or tensor.requires_grad != state.requires_grad
 
 
+def _tracing(tensors) -> bool:
+    """torch.compile tracing (fake tensors, no real values): nothing to record."""
+    fake = torch._subclasses.fake_tensor.FakeTensor
+    return torch.compiler.is_compiling() or any(isinstance(t, fake) for t in tensors)
+
+
 class _Recorder(TorchFunctionMode):
     def __init__(self, recording: Recording):
         super().__init__()
         self.recording = recording
+        # torch.compile'd code runs eagerly while recorded, so every operation is seen;
+        # torch.compile imports torch._dynamo, so it is there before compiled code runs.
+        dynamo = sys.modules.get("torch._dynamo")
+        if dynamo is not None and not hasattr(_Recorder.__torch_function__, "_torchdynamo_disable"):
+            _Recorder.__torch_function__ = dynamo.disable(_Recorder.__torch_function__)
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         rec, name = self.recording, _op_name(func)
         # The inputs' states are noted before the call, as they were when it ran.
         tensors = _tensors_in(args) + _tensors_in(kwargs or {})
+        if _tracing(tensors):
+            return func(*args, **(kwargs or {}))
         inputs = [rec.state_of(t) for t in tensors]
         mode = {"grad_enabled": torch.is_grad_enabled()}
         mode["inference"] = torch.is_inference_mode_enabled()
         mode["unseen"] = any(
             _changed(rec.states[i], t) for i, t in zip(inputs, tensors, strict=True)
         )
+        for note in BEFORE:
+            note(rec, func, args, kwargs or {})
         result = func(*args, **(kwargs or {}))
-        outputs = _tensors_in(result)
-        if name is not None and outputs:
+        outputs, call = _tensors_in(result), None
+        if name is not None and outputs and func not in PASSES:
             made = [rec.new_state(t, made_by=name) for t in outputs]
-            rec.calls.append(_Call(name, inputs, made, **mode))
+            call = _Call(name, inputs, made, **mode)
+            rec.calls.append(call)
         elif name in EXIT_OPS and inputs:
-            rec.exits.append(_Call(name, inputs, [], **mode))
+            call = _Call(name, inputs, [], **mode)
+            rec.exits.append(call)
+        for note in AFTER:
+            note(rec, func, args, kwargs or {}, result, call)
         return result
+
+
+@contextlib.contextmanager
+def _noting_from_numpy(recording: Recording):
+    """``torch.from_numpy`` is one of the functions a TorchFunctionMode never sees.
+
+    While recording, ``torch.from_numpy`` notes the tensor it makes as a call with
+    no tensor input (as ``torch.tensor(array)`` is noted), so a NumPy round trip
+    (``torch.from_numpy(np.exp(h.detach().numpy()))``) is seen coming back.
+    """
+    original = torch.from_numpy
+
+    def from_numpy(array):
+        result = original(array)
+        made = recording.new_state(result, made_by="from_numpy")
+        recording.calls.append(_Call("from_numpy", [], [made], torch.is_grad_enabled()))
+        return result
+
+    torch.from_numpy = from_numpy
+    try:
+        yield
+    finally:
+        torch.from_numpy = original
 
 
 @contextlib.contextmanager
@@ -157,7 +211,7 @@ def record():
     """
     recording = Recording()
     caller = sys._getframe(2)  # the frame running the `with` statement
-    with _Recorder(recording):
+    with _Recorder(recording), _noting_from_numpy(recording):
         yield recording
     recording.names = {
         id(v): k

@@ -1,0 +1,88 @@
+"""What an error raised inside ``diagnose_step`` means, and its fix.
+
+The errors readers meet around backward(), each keyed by the start of PyTorch's
+message. For "modified by an inplace operation" the recording also names the
+tensor and the in-place operation that changed it after it was used.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ..forward import Recording
+from .recorded import name_of, op_text
+
+EXPLAINED = {
+    "element 0 of tensors does not require grad": "the loss has no graph behind it; the "
+    "rows below say which operation made it so",
+    "Trying to backward through the graph a second time": "an earlier backward() freed the "
+    "values this graph saved for its gradient. Compute the forward pass again each step, "
+    "and detach what is carried from one step to the next (an RNN's hidden state, "
+    "h = h.detach(); a GAN's fake batch in the discriminator's step, D(fake.detach())). "
+    "retain_graph=True keeps those values, but a second backward then reuses what was "
+    "saved for the old weights: after an optimizer.step() it raises 'modified by an "
+    "inplace operation', or quietly gives the old forward pass's gradient",
+    "one of the variables needed for gradient computation has been modified by an "
+    "inplace operation": "a tensor saved for the gradient was changed in place before "
+    "backward() used it. Use the out-of-place form (x = x * 2 instead of x *= 2, "
+    "ReLU without inplace=True), or change a clone(); after an optimizer.step(), compute "
+    "the forward pass again rather than a second backward() through the old graph",
+    "a leaf Variable that requires grad is being used in an in-place operation": "a "
+    "parameter was changed in place while autograd records: do the update under "
+    "torch.no_grad() (with torch.no_grad(): w -= lr * w.grad), or use an optimizer",
+    "grad can be implicitly created only for scalar outputs": "backward() without an "
+    "argument needs a single number: reduce the output first (loss.mean(), loss.sum()), "
+    "or pass a gradient of its shape, out.backward(torch.ones_like(out))",
+    "can't optimize a non-leaf Tensor": "the optimizer was given a computed tensor, not a "
+    "leaf (requires_grad=True, then .to(), .cuda(), * 2): create the leaf last, in its "
+    "final form, then give it to the optimizer",
+    "Only Tensors of floating point and complex dtype can require gradients": "an integer "
+    "or boolean tensor cannot require grad: make it floating-point first (.float())",
+    "Can't call numpy() on Tensor that requires grad": "a NumPy array carries no graph: keep "
+    "the computation in torch operations; detach().numpy() is right only where no "
+    "gradient is needed",
+    "Inference tensors cannot be saved for backward": "a value made under inference_mode() "
+    "was used where autograd must save it: compute it outside inference_mode() if it "
+    "should train, or use no_grad() and clone() if not",
+}
+_NONE = re.compile(r"'NoneType' object has no attribute|operand type\(s\) for .*'NoneType'")
+_SAVED = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
+
+
+def explain(error: str, recording: Recording, modules: dict) -> str:
+    """What ``error`` means and how to fix it ("" for an error this does not know)."""
+    if _NONE.search(error):
+        return "a .grad was None where a gradient was expected; the rows below say why"
+    for start, text in EXPLAINED.items():
+        if error.startswith(start):
+            culprit = _in_place_culprit(error, recording, modules) if "inplace" in start else ""
+            return text + culprit
+    return ""
+
+
+def _in_place_culprit(error: str, recording: Recording, modules: dict) -> str:
+    """The tensor of the error's shape changed in place after an operation used it."""
+    match = _SAVED.search(error)
+    if match is None:
+        return ""
+    shape = sorted(int(n) for n in match[1].split(",") if n.strip())
+    states = recording.states
+    seen: set[int] = set()  # tensors an earlier operation took or made (and may have saved)
+    for call in recording.calls:
+        ids = [id(states[i].tensor) for i in call.inputs]
+        for o in call.outputs:
+            t = states[o].tensor
+            if id(t) in ids and id(t) in seen and sorted(t.shape) == shape:
+                where = f" (in {call.where})" if call.where else ""
+                name, op = _name(t, recording, modules), op_text(call.name)
+                return f". Here: {name} was changed by {op}{where} after an operation used it"
+        seen.update(ids + [id(states[o].tensor) for o in call.outputs])
+    return ""
+
+
+def _name(tensor, recording: Recording, modules: dict) -> str:
+    for prefix, module in modules.items():
+        for name, p in module.named_parameters(recurse=False):
+            if p is tensor:
+                return f"{prefix}.{name}" if prefix else name
+    return name_of(recording, tensor) or f"a tensor of shape {tuple(tensor.shape)}"

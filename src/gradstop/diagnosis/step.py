@@ -1,0 +1,346 @@
+"""diagnose_step: the one call to put around your own training step.
+
+    with gp.diagnose_step(model, optimizer):
+        optimizer.zero_grad()
+        loss = loss_fn(model(inputs), targets)
+        loss.backward()
+        optimizer.step()
+
+records the step (``gradstop.record()``), watches ``optimizer.step()`` (which
+gradients it found, which values it changed), and on leaving the block prints,
+for every parameter, every tensor the model holds without registering it and
+every tensor named in ``tensors=``, the verdict and the fix. A block that raises
+(``loss.backward()`` on a loss with no graph) is reported too, then the error
+goes on as usual.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import textwrap
+from dataclasses import dataclass, field
+
+import torch
+
+from ..forward import Recording, _Recorder
+from . import names as naming
+from . import recorded
+from .errors import explain
+from .recorder import passes
+from .report import Diagnosis, diagnose, module_notes
+from .rules import Reason
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One tensor of the step: the verdict, and what optimizer.step() did with it."""
+
+    name: str
+    diagnosis: Diagnosis | None  # None: no backward() ran in the block
+    in_optimizer: bool | None  # None: no optimizer given
+    grad_at_step: str  # "None", "zeros", "a gradient"; "" if no step ran
+    changed: bool | None  # did the step change it? (None: no step ran)
+    verdict: str = ""  # in PyTorch's terms, then the code: "cut by detach() (DETACHED)"
+    problem: str = ""  # what is wrong with it, and the fix ("" if nothing)
+
+
+@dataclass
+class StepReport:
+    """What ``diagnose_step`` found: one row per tensor, and notes."""
+
+    losses: tuple[str, ...] = ()
+    steps: int = 0
+    rows: tuple[StepRow, ...] = ()
+    notes: tuple[str, ...] = ()
+    error: str = ""
+    optimizer: bool = False  # was an optimizer given (so steps are counted)?
+    explained: str = ""  # what the error means, and its fix
+    recording: Recording | None = field(default=None, repr=False)
+
+    @property
+    def reasons(self) -> dict[str, Reason]:
+        return {r.name: r.diagnosis.reason for r in self.rows if r.diagnosis is not None}
+
+    @property
+    def problems(self) -> dict[str, str]:
+        return {r.name: r.problem for r in self.rows if r.problem}
+
+    def __str__(self) -> str:
+        return "\n".join(_lines(self))
+
+    __repr__ = __str__
+
+
+@contextlib.contextmanager
+def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
+    """Record one training step and report every parameter's gradient, with the fix.
+
+    ``model``: the ``nn.Module`` being trained (its parameters, and tensors it holds
+    without registering them, are reported); ``optimizer``: the optimizer, if the
+    block steps it; ``tensors``: ``{"name": tensor}`` for any other tensor to report.
+    The block should hold the forward pass and ``backward()``; ``optimizer.step()``
+    too, to learn whether the weights change. Prints the report on leaving (unless
+    ``show=False``); the report is the ``as`` value: ``with ... as step:``,
+    ``step.rows``, ``step.reasons``, ``step.problems``.
+    """
+    _check(model, optimizer, tensors)
+    found, caller, recording = StepReport(), sys._getframe(2), Recording()
+    watch = _Watch(model, optimizer, tensors or {}, caller)
+    try:
+        with _Recorder(recording):
+            yield found
+    except BaseException as err:
+        found.error = f"{type(err).__name__}: {err}".splitlines()[0]
+        raise
+    finally:
+        watch.close()
+        recording.names = _tensor_names(caller)
+        _fill(found, watch, recording, caller)
+        if show:
+            print(found)
+
+
+def _check(model, optimizer, tensors) -> None:
+    if model is not None and not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(
+            f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}"
+        )
+    if tensors is not None and not (
+        isinstance(tensors, dict) and all(isinstance(t, torch.Tensor) for t in tensors.values())
+    ):
+        raise TypeError("tensors must be a dict of names to tensors: tensors={'w': w}")
+    if model is None and optimizer is None and not tensors:
+        raise ValueError("give the model, the optimizer or tensors={...} to report on")
+
+
+def _tensor_names(frame) -> dict[int, str]:
+    return {
+        id(v): k
+        for k, v in frame.f_locals.items()
+        if isinstance(v, torch.Tensor) and naming.is_name(k)
+    }
+
+
+def _grad_state(grad) -> str:
+    if grad is None:
+        return "None"
+    return "a gradient" if bool(grad.any()) else "zeros"
+
+
+class _Watch:
+    """The tensors to report, their values before the block, their gradients at the step."""
+
+    def __init__(self, model, optimizer, tensors, caller):
+        self.model, self.optimizer, self.tensors = model, optimizer, tensors
+        self.candidates = _candidates(model, optimizer, tensors, caller)
+        self.before = {id(t): t.detach().clone() for _, t, _ in self.candidates}
+        self.at_step: dict[int, str] = {}
+        self.steps = 0
+        self.handle = None
+        if optimizer is not None:
+            self.handle = optimizer.register_step_pre_hook(self._pre_step)
+
+    def _pre_step(self, optimizer, args, kwargs) -> None:
+        self.steps += 1
+        if self.steps > 1:
+            return
+        with torch._C.DisableTorchFunction():  # not part of the reader's step
+            for group in optimizer.param_groups:
+                for p in group["params"]:
+                    self.at_step[id(p)] = _grad_state(p.grad)
+
+    def held(self) -> set[int] | None:
+        if self.optimizer is None:
+            return None
+        return {id(p) for group in self.optimizer.param_groups for p in group["params"]}
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+
+
+def _candidates(model, optimizer, tensors, caller) -> list[tuple[str, torch.Tensor, bool | None]]:
+    """(name, tensor, registered) for each tensor to report, each once."""
+    found: dict[int, tuple[str, torch.Tensor, bool | None]] = {}
+    if model is not None:
+        for name, p in model.named_parameters():
+            found.setdefault(id(p), (name, p, True))
+        for name, t in naming.loose_tensors(model).values():
+            found.setdefault(id(t), (name, t, False))
+    if optimizer is not None:
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        for i, p in enumerate(params):
+            name = (
+                naming.local_name(p, caller.f_locals, caller.f_globals)
+                or f"the optimizer's parameter {i} (not the model's)"
+            )
+            found.setdefault(id(p), (name, p, None))
+    for name, t in tensors.items():
+        found[id(t)] = (name, t, None)
+    return list(found.values())
+
+
+def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
+    """Diagnose every watched tensor against the losses backward() ran from."""
+    losses = list({id(t): t for p in passes(recording) for t in p.outputs}.values())
+    loss_names = [
+        recording.names.get(id(t)) or naming.local_name(t, caller.f_locals, {}) or "the loss"
+        for t in losses
+    ]
+    model = watch.model
+    modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
+    held, rows = watch.held(), []
+    candidates = list(watch.candidates)
+    if model is not None:
+        known = {id(t) for _, t, _ in candidates} | (held or set())
+        outside = naming.outside_leaves(losses, known, caller)
+        candidates += [(n, t, False) for n, t in outside]
+    for name, tensor, registered in candidates:
+        in_optimizer = None if held is None else id(tensor) in held
+        flag = False if registered is False and not in_optimizer else None
+        diagnosis = _best(losses, loss_names, tensor, name, recording, modules, flag)
+        at_step = watch.at_step.get(id(tensor), "None") if watch.steps and in_optimizer else ""
+        before = watch.before.get(id(tensor))  # None: first seen in the graph
+        changed = None if not watch.steps or before is None else not torch.equal(before, tensor)
+        row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
+        verdict, problem = _assess(row, watch)
+        rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
+    found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
+    found.optimizer = watch.optimizer is not None
+    found.notes = module_notes(model, recording) if model is not None else ()
+    found.notes += _rebound(watch, recording, caller)
+    found.explained = (
+        explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
+    )
+    found.recording = recording
+
+
+def _rebound(watch: _Watch, recording: Recording, caller) -> tuple[str, ...]:
+    """A named tensor whose variable the block rebound to one computed from its .grad."""
+    notes = []
+    for name, tensor in watch.tensors.items():
+        now = caller.f_locals.get(name)
+        if not isinstance(now, torch.Tensor) or now is tensor or now.grad_fn is None:
+            continue
+        if recorded.from_grad(recording, recorded.links(recording, now, now)):
+            notes.append(
+                f"{name} now holds a new tensor computed from {name}.grad ({name} = {name} - "
+                f"lr * {name}.grad): not a leaf, so the next backward() leaves {name}.grad "
+                f"None, and the graph behind {name} grows every step; update it in place "
+                f"instead, `with torch.no_grad(): {name} -= lr * {name}.grad`"
+            )
+    return tuple(notes)
+
+
+def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnosis | None:
+    """The verdict against the first loss that reaches the tensor, else the first loss."""
+    found = [
+        diagnose(loss, tensor, recording, (name, loss_name), modules, flag)
+        for loss, loss_name in zip(losses, loss_names, strict=True)
+    ]
+    return next((d for d in found if d.reached), found[0] if found else None)
+
+
+def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
+    groups = watch.optimizer.param_groups if watch.optimizer is not None else []
+    return any(g.get("lr") == 0 and any(id(p) == tensor_id for p in g["params"]) for g in groups)
+
+
+def _assess(row: StepRow, watch: _Watch) -> tuple[str, str]:
+    """The row's verdict, and its problem with the fix ("" when the tensor is fine)."""
+    d = row.diagnosis
+    if d is None:
+        return "", ""
+    verdict = f"{d.reason.value} ({d.reason.name})"
+    problem = d.sentence if d.reason is not Reason.OK else ""
+    alone, remark = _step_remark(row, watch)
+    if not problem and remark:
+        verdict = alone
+    return verdict, " ".join(part for part in (problem, remark) if part)
+
+
+def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
+    """What optimizer.step() did with the tensor, when that is the problem."""
+    reached = row.diagnosis.reached
+    unregistered = row.diagnosis.reason is Reason.UNREGISTERED  # its sentence says it all
+    if watch.steps and reached and row.in_optimizer is False and not unregistered:
+        return (
+            "the gradient arrives, but the optimizer does not hold it",
+            "optimizer.step() never changes it: the optimizer holds another tensor (a "
+            "parameter replaced after the optimizer was built, or an optimizer built from "
+            "another model's parameters): build the optimizer from the model you train, "
+            "after it is final.",
+        )
+    if reached and row.grad_at_step == "None" and not row.changed:
+        return (
+            "optimizer.step() ran while its .grad was None",
+            "optimizer.step() ran while its .grad was None, so it did not move it: call "
+            "zero_grad() before backward() or after step(), never between them.",
+        )
+    if row.changed and row.grad_at_step in ("zeros", "None"):
+        return (
+            "changed by optimizer.step() although its gradient was zero",
+            f"Its gradient was {row.grad_at_step} at the step, yet optimizer.step() moved it: "
+            "momentum or weight decay does that. Zeroing a gradient (a hook, a mask) does not "
+            "freeze a parameter: leave it out of the optimizer, or set requires_grad_(False) "
+            "before the forward pass.",
+        )
+    if row.changed is False and row.grad_at_step == "a gradient":
+        lr_zero = _lr_zero(watch, id_of(row, watch))
+        why = "its learning rate is 0" if lr_zero else "the change is below float precision"
+        return "the step did not change it", f"optimizer.step() did not change it: {why}."
+    return "", ""
+
+
+def id_of(row: StepRow, watch: _Watch) -> int:
+    return next(id(t) for name, t, _ in watch.candidates if name == row.name)
+
+
+def _lines(report: StepReport) -> list[str]:
+    steps = f"; optimizer.step() ran {report.steps} time{'s' if report.steps != 1 else ''}"
+    steps = steps if report.optimizer else ""
+    ran = (
+        f"backward() from {', '.join(report.losses)}"
+        if report.losses
+        else "no backward() ran in the block"
+    )
+    lines = [f"diagnose_step: {ran}{steps}."]
+    if report.error:
+        said = f"The block raised {report.error.split(' Hint:')[0]}"
+        stop = "" if said.endswith((".", "!", "?")) else "."
+        said += f"{stop} What it means: {report.explained}." if report.explained else ""
+        lines.append(textwrap.fill(said, 78, subsequent_indent="  "))
+    fine = [r.name for r in report.rows if r.diagnosis is not None and not r.problem]
+    if fine:
+        moved = ", and optimizer.step() changed it" if report.steps else ""
+        lines.append(
+            textwrap.fill(
+                f"Fine (the gradient arrived{moved}): " + ", ".join(fine),
+                78,
+                subsequent_indent="  ",
+            )
+        )
+    for names, row in _grouped([r for r in report.rows if r.problem]):
+        lines.append(
+            textwrap.fill(f"{', '.join(names)}: {row.verdict}", 78, subsequent_indent="  ")
+        )
+        problem = (
+            row.problem if len(names) == 1 else f"(said for {row.name}, true of each) {row.problem}"
+        )
+        lines.append(textwrap.fill(problem, 78, initial_indent="    ", subsequent_indent="    "))
+    lines += [textwrap.fill(f"Note: {n}.", 78, subsequent_indent="    ") for n in report.notes]
+    if not report.losses:
+        lines.append("Put loss.backward() inside the block, so the report knows the loss.")
+    return lines
+
+
+def _grouped(rows: list[StepRow]) -> list[tuple[list[str], StepRow]]:
+    """Rows whose verdict and fix differ only by the tensor's name, as one group."""
+    groups: dict[tuple[str, str], tuple[list[str], StepRow]] = {}
+    for row in rows:
+        key = (row.verdict, row.problem.replace(row.name, "{}"))
+        groups.setdefault(key, ([], row))[0].append(row.name)
+    return list(groups.values())
