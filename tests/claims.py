@@ -13,8 +13,9 @@ an ``expected_error``. Several label lines may stand above one heading; each nam
 
 The same test covers two appendices:
 
-- the cheat sheet: every paragraph of a markdown cell that comes after its first
-  ``## `` heading is a line of the sheet, and must link to its proof the same way;
+- the cheat sheet: every row of its table is a line of the sheet (a sheet without a
+  table: every paragraph after its first ``## `` heading), and must link to its proof
+  the same way;
 - the error index: every entry of ``book/error-explanations.yml`` names the sections
   that prove it in a ``proof`` list of labels.
 """
@@ -139,15 +140,35 @@ def summary_problems(path: Path, book: Book) -> list[str]:
     return problems
 
 
+def _table_rows(markdown: str) -> list[str]:
+    """The body rows of every Markdown table in the text (not its header or rule)."""
+    rows: list[str] = []
+    block: list[str] = []
+    for line in [*markdown.splitlines(), ""]:
+        if line.lstrip().startswith("|"):
+            block.append(line.strip())
+            continue
+        if len(block) > 2 and set(block[1]) <= set("|-: "):
+            rows += block[2:]
+        block = []
+    return rows
+
+
 def cheatsheet_lines(path: Path) -> list[str]:
-    """The lines of the cheat sheet: each paragraph after its first '## ' heading."""
+    """The lines of the cheat sheet: the rows of its table.
+
+    A sheet written as sections instead (no table) has a line per paragraph after its
+    first '## ' heading.
+    """
     nb = nbformat.read(path, as_version=4)
+    markdown = [cell.source for cell in nb.cells if cell.cell_type == "markdown"]
+    rows = [row for source in markdown for row in _table_rows(source)]
+    if rows:
+        return rows
     lines: list[str] = []
     started = False
-    for cell in nb.cells:
-        if cell.cell_type != "markdown":
-            continue
-        for paragraph in cell.source.split("\n\n"):
+    for source in markdown:
+        for paragraph in source.split("\n\n"):
             rows = [r for r in paragraph.splitlines() if r.strip()]
             if any(r.startswith("## ") for r in rows):
                 started = True
@@ -160,7 +181,7 @@ def cheatsheet_lines(path: Path) -> list[str]:
 def cheatsheet_problems(path: Path, book: Book) -> list[str]:
     lines = cheatsheet_lines(path)
     if not lines:
-        return [f"{path.name}: no lines found after a '## ' heading"]
+        return [f"{path.name}: no table rows, and no lines after a '## ' heading"]
     problems = []
     for number, line in enumerate(lines, 1):
         problems += link_problems(line, book, f"{path.name}, line {number}")

@@ -1,14 +1,17 @@
 """The appendices: the error index covers every declared error; the glossary is used."""
 
 import re
+import sys
 
 import nbformat
-import yaml
 from test_notebooks import build_run
 
+import claims
 import nbcheck
 
 ROOT = nbcheck.ROOT
+sys.path.insert(0, str(ROOT / "book" / "_ext"))
+import error_index  # noqa: E402
 
 
 def declared_messages():
@@ -32,23 +35,40 @@ def raised_in_the_build(built_book):
                     yield f"{output.ename}: {output.evalue}"
 
 
+def caught_in_the_build(built_book):
+    """Each whole message a page catches and prints or checks word for word, as
+    'Type: message' (book/_ext/error_index.py; the page's own check holds it exact)."""
+    cells = error_index.book_claims(
+        nbcheck.toc_notebooks(), lambda path: build_run(built_book, path)
+    )
+    for cell in cells:
+        for claim in cell.claims:
+            if claim.how != "declared" and claim.exact and claim.type:
+                yield f"{claim.type}: {claim.text}"
+
+
 def test_error_index_shows_the_errors_the_chapters_raise(built_book):
     # The index is made from the declarations; check it against what the executed
     # chapters really raised, so that a wrong declared message cannot reach the page.
     page = nbcheck.built_page(built_book, "book/errors")
     shown = {pre.get_text().strip() for pre in page.select("pre.error-message")}
     raised = {message.strip() for message in raised_in_the_build(built_book)}
+    caught = set(caught_in_the_build(built_book))
     assert raised, "the build's run of the chapters raised no error at all"
-    assert sorted(shown - raised) == [], "the index shows messages no chapter raises"
+    assert sorted(shown - raised - caught) == [], "the index shows messages no page raises"
     assert sorted(raised - shown) == [], "errors the chapters raise that the index lacks"
     assert list(declared_messages()), "no chapter declares an expected error"
 
 
-def test_every_explanation_is_used():
-    # An entry nobody raises any more is stale advice.
-    explanations = yaml.safe_load((ROOT / "book" / "error-explanations.yml").read_text("utf-8"))
-    messages = [e["message"] for _, e in declared_messages()]
-    unused = [key for key in explanations if not any(m.startswith(key) for m in messages)]
+def test_every_explanation_is_used(built_book):
+    # An entry no page shows any more is stale advice. "Shows": declares, prints or
+    # checks the error (book/_ext/error_index.py), read with the build's own outputs.
+    explanations = error_index.load_explanations()
+    cells = error_index.book_claims(
+        nbcheck.toc_notebooks(), lambda path: build_run(built_book, path)
+    )
+    shown = error_index.resolve(cells, explanations).shown
+    unused = [key for key in explanations if not shown.get(key)]
     assert unused == []
 
 
@@ -98,3 +118,22 @@ def test_chapters_link_the_appendices(built_book):
         soup = nbcheck.built_page(built_book, path)
         hrefs = {a["href"].split("#")[0] for a in soup.select("article a[href]")}
         assert "../book/errors.html" in hrefs and "../book/glossary.html" in hrefs, path.name
+
+
+def test_the_cheat_sheet_s_lines_are_its_table_rows(tmp_path):
+    md = nbformat.v4.new_markdown_cell
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            md("# Cheat sheet\n\nAn introduction.\n\n| Tool | Does |\n|---|:--:|\n"
+               "| `a` | one {ref}`x` |\n| `b` | two |\n\nAfter the table."),
+            md("## Checks\n\nNot a line: the sheet has a table.\n\n| Not | a |\n| table |"),
+        ]
+    )  # fmt: skip
+    path = tmp_path / "sheet.ipynb"
+    nbformat.write(nb, path)
+    assert claims.cheatsheet_lines(path) == ["| `a` | one {ref}`x` |", "| `b` | two |"]
+    problems = claims.cheatsheet_problems(path, claims.read_book([path]))
+    assert problems == [
+        "sheet.ipynb, line 1: link to 'x', which labels no section",
+        "sheet.ipynb, line 2: no {ref} link to a proving section: '| `b` | two |'",
+    ]

@@ -26,6 +26,7 @@ failure must say. ``test_breaks_table`` writes it, with this run's failure lines
 from __future__ import annotations
 
 import ast
+import base64
 import re
 import shutil
 import struct
@@ -105,6 +106,18 @@ BREAKS = [
         "the index is built from 01-probe's wrong declaration",
         "test_appendices.py::test_error_index_shows_the_errors_the_chapters_raise",
         "(probe: not what PyTorch says)",
+    ),
+    Break(
+        "every error a page raises on purpose is in the error index",
+        "notebooks/01-probe catches an error on purpose and checks a message the index lacks",
+        "test_error_index_complete.py::test_every_error_a_page_shows_is_indexed",
+        "shape '[3]' is invalid",
+    ),
+    Break(
+        "every picture's labels at least 10 px as drawn",
+        "book/probe-page draws a 1200 px wide graph 150 px wide",
+        "test_picture_labels.py::test_picture_labels_are_at_least_10_px[book/probe-page]",
+        "labels under 10 px",
     ),
     Break(
         "notebooks are committed without outputs, execution counts or stray metadata",
@@ -353,6 +366,9 @@ CLEAN = [
     "test_book.py::test_every_toc_page_is_built",
     "test_book.py::test_every_toc_file_exists",
     "test_notebooks.py::test_committed_without_outputs[01-probe.ipynb]",
+    "test_error_index_complete.py::test_shown_in_links_every_section_that_shows_it",
+    "test_error_index_complete.py::test_section_titles_are_unique_within_each_page",
+    "test_picture_labels.py::test_picture_labels_are_at_least_10_px[book/intro]",
 ]
 
 
@@ -401,6 +417,11 @@ def probe_chapter():
             declared("torch.zeros(1).sum().backward()", WRONG_MESSAGE),
             new_markdown_cell("## A declared error that no longer happens"),
             declared("torch.ones(1, requires_grad=True).sum().backward()", REAL_MESSAGE),
+            new_markdown_cell("## An error caught on purpose that the index lacks"),
+            new_code_cell(
+                "try:\n    torch.ones(2).view(3)\nexcept RuntimeError as err:\n"
+                "    assert str(err).startswith(\"shape '[3]' is invalid\")"
+            ),
             new_markdown_cell("## A result that is not seeded"),
             new_code_cell("print(torch.rand(3))"),
             new_markdown_cell("## A plot shown without alt text"),
@@ -436,6 +457,12 @@ def extra_chapter():
     )
 
 
+# A graph as Graphviz draws one, 900 pt (1200 px) wide with 14-point labels.
+WIDE_GRAPH = base64.b64encode(
+    b'<svg xmlns="http://www.w3.org/2000/svg" width="900pt" height="60pt" '
+    b'viewBox="0 0 900 60"><rect width="900" height="60" fill="white"/>'
+    b'<text x="20" y="30" font-size="14.00">AddBackward0</text></svg>'
+).decode()
 PAGES = {
     "book/intro.md": (
         "# Probe book\n\nThe clean page: every check passes here.\n\n"
@@ -451,7 +478,9 @@ PAGES = {
         '<p style="color: #f2f2f2">This sentence is almost invisible.</p>\n\n'
         '<p><a href="intro.html#no-such-anchor">A link to an anchor that is not there</a></p>\n\n'
         '<script>fetch("https://example.com/probe.json", {mode: "no-cors"})'
-        ".catch(() => {});</script>\n"
+        ".catch(() => {});</script>\n\n"
+        '<p><img alt="A wide graph squeezed into a narrow panel." style="width: 150px" '
+        f'src="data:image/svg+xml;base64,{WIDE_GRAPH}"></p>\n'
     ),
 }
 TOC = [
@@ -540,6 +569,7 @@ def run_pytest(repo: Path, tests: list[str], deselect: list[str] = ()):
 # else of their own (slow, and not about the probe book).
 ROUND_1 = ["test_book.py", "test_notebooks.py", "test_skeleton.py", "test_appendices.py"]
 ROUND_1 += ["test_browser.py", "test_page_shape.py"]
+ROUND_1 += ["test_error_index_complete.py", "test_picture_labels.py"]
 NOT_IN_ROUND_1 = [
     "test_book.py::test_unexpected_error_fails_the_build_naming_notebook_and_cell",
     "test_skeleton.py::test_template_runs_clean",

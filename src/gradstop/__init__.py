@@ -22,6 +22,9 @@ order; each is short:
 ``tables``
     ``print_table`` prints a table of results; ``grad_state`` says, for each named
     module or tensor, whether backward() left ``None``, zeros or a gradient.
+``errors``
+    ``show_error`` and ``assert_raises``: an error caught on purpose, with the
+    message it must have (the book's error index reads it from the call).
 ``palette``
     the colours every picture and plot uses.
 ``simsiam_toy``
@@ -31,6 +34,7 @@ order; each is short:
 
 from . import palette
 from .diagnosis import Reason, decision_tree, diagnose_step, grad_report, why_no_grad
+from .errors import assert_raises, show_error
 from .forward import forward_view, record
 from .graph import backward_edges, backward_nodes, grad_fn_names, hooks_on
 from .pictures import backward_graph, plot_picture, side_by_side, stacked
@@ -40,6 +44,7 @@ from .tables import grad_state, print_table
 # (gradstop.forward.Value, gradstop.pictures.Picture, ...).
 __all__ = [
     "Reason",
+    "assert_raises",
     "backward_edges",
     "backward_graph",
     "backward_nodes",
@@ -54,6 +59,7 @@ __all__ = [
     "plot_picture",
     "print_table",
     "record",
+    "show_error",
     "side_by_side",
     "stacked",
     "why_no_grad",
