@@ -35,11 +35,20 @@ def raised_in_the_build(built_book):
                     yield f"{output.ename}: {output.evalue}"
 
 
+def build_run_if_any(built_book, path):
+    """The build's run of a page, or None for one the build did not execute (as
+    raised_in_the_build: the page's source is still read for what it catches)."""
+    try:
+        return build_run(built_book, path)
+    except KeyError:
+        return None
+
+
 def caught_in_the_build(built_book):
     """Each whole message a page catches and prints or checks word for word, as
     'Type: message' (book/_ext/error_index.py; the page's own check holds it exact)."""
     cells = error_index.book_claims(
-        nbcheck.toc_notebooks(), lambda path: build_run(built_book, path)
+        nbcheck.toc_notebooks(), lambda path: build_run_if_any(built_book, path)
     )
     for cell in cells:
         for claim in cell.claims:
