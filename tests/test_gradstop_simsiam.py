@@ -301,3 +301,35 @@ def test_sgd_step_takes_one_learning_rate_per_stacked_model():
     (w * torch.tensor([[1.0], [2.0]])).sum().backward()
     toy.sgd_step([w], [torch.zeros(2, 3)], torch.tensor([0.1, 0.5]), 0.9, 0.0)
     torch.testing.assert_close(w.detach(), torch.tensor([[0.9] * 3, [0.0] * 3]))
+
+
+FEW_OPEN_FILES = """
+import resource, sys
+from gradstop import simsiam_toy as toy
+from test_gradstop_simsiam import mixed_configs
+if __name__ == "__main__":
+    resource.setrlimit(resource.RLIMIT_NOFILE, ({limit}, {limit}))
+    try:
+        results = toy.run_many(mixed_configs(), workers=2)
+    finally:
+        toy.close_pool()
+    print(len(results))
+"""
+
+
+def test_worker_processes_need_few_open_files(tmp_path):
+    # A reader's shell allows 1024 open files (root's often far more): tensors sent to
+    # the workers as objects took one file descriptor per storage and broke the pool.
+    # Under a limit of 128 the runs still come back, all of them.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "few_open_files.py"
+    script.write_text(FEW_OPEN_FILES.format(limit=128))
+    env = {"PYTHONPATH": str(Path(__file__).parent), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [str(len(mixed_configs()))]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import pickle
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
@@ -582,11 +583,23 @@ def run(config: Config) -> dict:
 # Many runs, in worker processes
 
 
-def _start_worker(shared: Data) -> None:
+# Between processes everything travels as bytes of the standard pickle, which copies a
+# tensor's numbers. Sent as objects, tensors would go through torch.multiprocessing's
+# sharing, one open file descriptor per storage: a few thousand for one call of
+# Training.advance, past the usual limit of 1024 open files (`ulimit -n`), at which
+# a worker dies and the pool breaks.
+
+
+def _start_worker(shared: bytes) -> None:
     """In a fresh worker: one thread, and the parent's data (no second loading)."""
     global _DATA
     torch.set_num_threads(1)
-    _DATA = shared
+    _DATA = pickle.loads(shared)
+
+
+def _advance_pickled(part: bytes, to_epoch: int) -> bytes:
+    """:func:`advance` in a worker, from and to pickled bytes."""
+    return pickle.dumps(advance(pickle.loads(part), to_epoch))
 
 
 _POOL: dict[int, ProcessPoolExecutor] = {}
@@ -598,7 +611,10 @@ def _pool(workers: int) -> ProcessPoolExecutor:
         close_pool()
         context = multiprocessing.get_context("spawn")
         _POOL[workers] = ProcessPoolExecutor(
-            workers, mp_context=context, initializer=_start_worker, initargs=(data(),)
+            workers,
+            mp_context=context,
+            initializer=_start_worker,
+            initargs=(pickle.dumps(data()),),
         )
     return _POOL[workers]
 
@@ -655,7 +671,9 @@ class Training:
         if self.workers == 1 or len(self.parts) < 2:
             self.parts = [advance(*job) for job in jobs]
         else:
-            self.parts = list(_pool(self.workers).map(advance, *zip(*jobs, strict=True)))
+            sent = [pickle.dumps(part) for part in self.parts]
+            done = _pool(self.workers).map(_advance_pickled, sent, [to_epoch] * len(sent))
+            self.parts = [pickle.loads(part) for part in done]
 
     def results(self) -> list[dict]:
         unfinished = [p.epoch for p in self.parts if p.epoch < p.epochs]
