@@ -228,6 +228,12 @@ def main() -> int:
         "largest page <= 1 MB": weight["largest_page_bytes"] <= 1_000_000,
         "build peak memory <= 2 GB": max(peaks) <= 2 * 1024**3,
     }
+    # The test suite's last run (tests/conftest.py writes it): its growth shows here.
+    test_times = ROOT / "_build" / "test-times.json"
+    if test_times.exists():
+        suite = json.loads(test_times.read_text())
+        results["test_suite"] = suite
+        checks["make test <= 480 s"] = suite["wall_seconds"] <= 480
     results["targets"] = {name: ("met" if ok else "MISSED") for name, ok in checks.items()}
     out = ROOT / "_build" / "bench.json"
     out.write_text(json.dumps(results, indent=2))
@@ -239,6 +245,19 @@ def main() -> int:
     shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(ROOT / "_build" / "bench-parallel-html", ignore_errors=True)
     return 0
+
+
+def test_suite_lines(suite: dict | None) -> list[str]:
+    """The last test run's wall time and ten slowest items (none recorded: say so)."""
+    if suite is None:
+        return ["", "test suite: no run recorded yet (make test writes _build/test-times.json)"]
+    lines = [
+        "",
+        f"test suite (the last make test): {suite['wall_seconds']:.0f} s wall,"
+        f" {suite['items']} items, exit status {suite['exit_status']}; slowest:",
+    ]
+    lines += [f"  {t['seconds']:7.1f} s  {t['test']}" for t in suite["slowest"]]
+    return lines
 
 
 def render(r: dict) -> str:
@@ -276,6 +295,7 @@ def render(r: dict) -> str:
         f"re-executed after editing {Path(EDITED).name}: {r['one_chapter_edit_reexecuted']}",
         f"largest page: {r['largest_page']} {r['largest_page_bytes'] / 1024:.0f} KiB;"
         f" whole site {r['site_bytes'] / 1024**2:.1f} MiB",
+        *test_suite_lines(r.get("test_suite")),
         "",
         "| target | result |",
         "|---|---|",

@@ -1,7 +1,9 @@
 """Shared fixtures: the repository's paths and the built book."""
 
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,9 +51,33 @@ def clone_build(tmp_path_factory):
     return clone
 
 
+# The suite's own time, as a figure (make bench reports it beside the build's): each
+# item's setup, call and teardown, summed, and the whole run's wall time; written by a
+# run of the whole suite (make test) only.
+TEST_TIMES = ROOT / "_build" / "test-times.json"
+_started = time.monotonic()
+_item_seconds: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report):
+    _item_seconds[report.nodeid] = _item_seconds.get(report.nodeid, 0.0) + report.duration
+
+
 def pytest_sessionfinish(session, exitstatus):
     # A skipped check is not a passed check: a run that skipped anything fails.
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None and reporter.stats.get("skipped") and exitstatus == 0:
         reporter.write_line("FAILED: tests were skipped; every check must run.", red=True)
         session.exitstatus = 1
+    if session.config.invocation_params.args:
+        return  # a part of the suite: the figure is the whole suite's
+    slowest = sorted(_item_seconds.items(), key=lambda item: -item[1])[:10]
+    record = {
+        "wall_seconds": round(time.monotonic() - _started, 1),
+        "items": len(_item_seconds),
+        "exit_status": int(session.exitstatus),
+        "arguments": list(session.config.invocation_params.args),
+        "slowest": [{"test": name, "seconds": round(sec, 1)} for name, sec in slowest],
+    }
+    TEST_TIMES.parent.mkdir(exist_ok=True)
+    TEST_TIMES.write_text(json.dumps(record, indent=2) + "\n")
