@@ -599,6 +599,30 @@ def test_plot_picture_is_byte_stable_and_closes_the_figure():
     assert plt.get_fignums() == []
 
 
+def test_plot_picture_fits_a_wide_figure_to_the_column_and_keeps_its_fonts():
+    import re
+
+    import matplotlib.pyplot as plt
+
+    from gradstop.pictures import COLUMN_INCHES
+
+    def svg_width(width):
+        fig, ax = plt.subplots(figsize=(width, 3))
+        ax.plot([0, 1], [0, 1], label="loss")
+        ax.legend(fontsize=8)
+        svg = gp.plot_picture(fig, alt="a line").svg
+        return float(re.search(r'width="([\d.]+)pt"', svg).group(1))
+
+    wide, narrow = svg_width(12), svg_width(3)
+    assert wide <= COLUMN_INCHES * 72  # shrunk: tight cropping only makes it narrower
+    assert narrow < 3 * 72  # a narrow figure is left as it was
+    fig, ax = plt.subplots(figsize=(12, 3))
+    text = ax.set_title("title", fontsize=9)
+    gp.plot_picture(fig, alt="a title")
+    assert fig.get_size_inches()[0] == pytest.approx(COLUMN_INCHES)
+    assert text.get_fontsize() == 9  # the fonts keep their size in points
+
+
 def test_plot_picture_bad_input():
     with pytest.raises(TypeError, match="expected a matplotlib Figure, got str"):
         gp.plot_picture("figure", alt="x")

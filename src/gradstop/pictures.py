@@ -19,7 +19,8 @@
     width and its labels their size.
 ``plot_picture(fig, alt=...)``
     a matplotlib figure as the same kind of picture: SVG, alt text, caption,
-    byte-stable from run to run.
+    byte-stable from run to run, shrunk to the text column's width if wider, its
+    fonts keeping their size.
 
 Every picture carries alt text and renders as an HTML ``<figure>`` with the SVG
 inlined, so the alt text and caption reach the built book unchanged. Hooks are
@@ -231,6 +232,23 @@ def stacked(*pictures: Picture, caption: str) -> Stack:
     return Stack(tuple(pictures), caption)
 
 
+# The book's text column is 680 CSS px wide at the browser tests' window (1300 px). A
+# wider SVG is shrunk to it, and its labels with it: a 7-point legend in a 9-inch figure
+# lands at 7.4 px. Drawn at most this wide, a figure keeps its fonts' sizes (points,
+# 96/72 px each), so a font of 8 points or more stays above 10 px.
+COLUMN_INCHES = 6.8
+
+
+def fit_to_column(fig) -> None:
+    """Shrink ``fig`` to the column's width, keeping its shape and its fonts' sizes."""
+    width, height = fig.get_size_inches()
+    if width <= COLUMN_INCHES:
+        return
+    fig.set_size_inches(COLUMN_INCHES, height * COLUMN_INCHES / width)
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()  # the axes, not the fonts, give up the room
+
+
 def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
     """A matplotlib figure as a Picture (the figure is closed, so it shows only once)."""
     import matplotlib.pyplot as plt
@@ -238,6 +256,7 @@ def plot_picture(fig, *, alt: str, caption: str | None = None) -> Picture:
     if not hasattr(fig, "savefig"):
         raise TypeError(f"expected a matplotlib Figure, got {type(fig).__name__}")
     alt = check_alt(alt)
+    fit_to_column(fig)
     buffer = io.StringIO()
     # A fixed salt and no date: the same figure gives the same bytes on every run.
     with plt.rc_context({"svg.hashsalt": "where-gradients-stop", "svg.fonttype": "path"}):
