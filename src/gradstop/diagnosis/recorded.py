@@ -30,7 +30,7 @@ from . import recorder
 # Operations that build a new tensor from another's values, without its graph.
 COPY_OPS = frozenset({"tensor", "as_tensor", "asarray", "new_tensor", "new leaf"})
 # Operations that make a tensor from data outside PyTorch (a NumPy array, numbers).
-FROM_DATA = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
+FROM_DATA = recorder.FROM_DATA
 # The legacy constructors, which the recorder does not see: only the float() they call.
 LEGACY = re.compile(r"`(?:[\w.]*\.)?((?:Float|Double|Half|BFloat16|Long|Int)?Tensor)\(")
 
@@ -306,8 +306,9 @@ def _round_trip(recording: Recording, g: Links) -> str:
         for back in g.calls:
             if back.name in FROM_DATA and not back.inputs and min(back.outputs) > left:
                 if g.behind & set(back.outputs):
-                    where = f" at {back.where}" if back.where else ""
-                    return f"{op_text(out_call.name)}, then {op_text(back.name)}{where}"
+                    out = f" in {out_call.where}" if out_call.where else ""
+                    where = f" in {back.where}" if back.where else ""
+                    return f"{op_text(out_call.name)}{out}, then {op_text(back.name)}{where}"
     return ""
 
 

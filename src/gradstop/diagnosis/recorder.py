@@ -42,6 +42,8 @@ _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
 _OPTIM = os.path.join("torch", "optim", "")
 # The region of a call an optimizer's step made: not part of the forward pass.
 STEP = "optimizer.step()"
+# Operations that make a tensor from data outside PyTorch (a NumPy array, numbers).
+FROM_DATA = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,10 @@ def after(recording: Recording, func, args, kwargs, result, call) -> None:
         return
     if not call.grad_enabled:
         call.region = _region()
+    brought_in = call.name in FROM_DATA and not call.inputs  # a round trip may end here
     if _cuts(recording, call) or _in_place(recording, call) or call in recording.exits:
+        call.where = _where()
+    elif brought_in:
         call.where = _where()
 
 

@@ -73,11 +73,7 @@ SENTENCES = {
     Reason.NOT_DIFFERENTIABLE: "{cut}, {flat}{graphless}: {stand_in}.",
     Reason.LEFT_TORCH: "no recorded operation carries {tensor} to {output}: its values left "
     "PyTorch through {exits}, and a Python number or NumPy array carries no graph{graphless}. "
-    "If that value was used to compute {output}, keep that computation in torch operations "
-    "(to make one tensor of several, torch.stack(list) or torch.cat(list), never "
-    "torch.tensor(list), torch.Tensor(list) or a number's .item()); "
-    "if it was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
-    "computed and never added): add it to {output}.",
+    "{left_fix}",
     Reason.RECOMPUTED: "{tensor} is computed afresh from {fresh} each time it is read (a "
     "parametrization such as nn.utils.parametrizations.weight_norm or spectral_norm, or a "
     "property): the tensor you hold is not the one {output} used, and gets no gradient. "
@@ -142,6 +138,22 @@ _UNEXPLAINED = (
     "with gradstop.forward_view(rec, {output})."
 )
 
+_LEFT_EITHER = (
+    "If that value was used to compute {output}, keep that computation in torch operations "
+    "(to make one tensor of several, torch.stack(list) or torch.cat(list), never "
+    "torch.tensor(list), torch.Tensor(list) or a number's .item()); "
+    "if it was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
+    "computed and never added): add it to {output}."
+)
+
+_LEFT_AND_BACK = (
+    "Those numbers came back as a new tensor, with their values and no graph, and it "
+    "reaches {output}: {round_trip}. Build that tensor from {tensor} with torch operations "
+    "(torch.cos({tensor}), not math.cos({tensor}), {tensor}.item() or NumPy) and put the "
+    "pieces together with torch.stack(list) or torch.cat(list), never torch.tensor() of "
+    "numbers: keep it a tensor all the way from {tensor} to {output}."
+)
+
 _GRAPHLESS = (
     "; nothing else {output} was computed from requires grad either, so {output}.backward() "
     "raises 'element 0 of tensors does not require grad and does not have a grad_fn'"
@@ -182,7 +194,17 @@ def _fields(f: Facts) -> dict[str, str]:
         "uses": "; ".join(trace.uses) if trace else "",
         "passes": _passes_text(f),
         "fresh": " and ".join(f.fresh_of),
+        "left_fix": _left_fix(f),
     }
+
+
+def _left_fix(f: Facts) -> str:
+    """The fix for values that left PyTorch: definite when a tensor made from them came back."""
+    if f.trace is not None and f.trace.round_trip:
+        return _LEFT_AND_BACK.format(
+            tensor=f.tensor, output=f.output, round_trip=f.trace.round_trip
+        )
+    return _LEFT_EITHER.format(tensor=f.tensor, output=f.output)
 
 
 def _behind_text(leaves: tuple[str, ...]) -> str:
