@@ -394,18 +394,7 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
     reached = row.diagnosis.reached
     unregistered = row.diagnosis.reason is Reason.UNREGISTERED  # its sentence says it all
     if watch.step_before_backward and reached and row.in_optimizer:
-        used = (
-            "while its .grad was None, so it did not move it"
-            if row.grad_at_step == "None"
-            else "so it moved it with the .grad left from an earlier backward(), not with "
-            "this step's gradient"
-        )
-        return (
-            "optimizer.step() ran before backward()",
-            f"optimizer.step() ran before backward() in this step, {used}; the gradient "
-            "backward() computed afterwards waits in .grad for the next step (or for a "
-            "zero_grad() to clear it): call loss.backward() first, then optimizer.step().",
-        )
+        return _early_step_remark(row)
     if watch.steps and reached and row.in_optimizer is False and not unregistered:
         return (
             "the gradient arrives, but the optimizer does not hold it",
@@ -433,6 +422,22 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
         why = "its learning rate is 0" if lr_zero else "the change is below float precision"
         return "the step did not change it", f"optimizer.step() did not change it: {why}."
     return "", ""
+
+
+def _early_step_remark(row: StepRow) -> tuple[str, str]:
+    """optimizer.step() ran before any backward() of the block, and backward() after it."""
+    used = (
+        "while its .grad was None, so it did not move it"
+        if row.grad_at_step == "None"
+        else "so it moved it with the .grad left from an earlier backward(), not with "
+        "this step's gradient"
+    )
+    return (
+        "optimizer.step() ran before backward()",
+        f"optimizer.step() ran before backward() in this step, {used}; the gradient "
+        "backward() computed afterwards waits in .grad for the next step (or for a "
+        "zero_grad() to clear it): call loss.backward() first, then optimizer.step().",
+    )
 
 
 def id_of(row: StepRow, watch: _Watch) -> int:
