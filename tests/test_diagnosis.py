@@ -689,6 +689,32 @@ def test_a_custom_function_returning_none_is_named_when_grad_stays_none():
     assert "DroppedBackward" in found.sentence and "returned None" in found.sentence
 
 
+def test_a_custom_function_returning_none_is_named_as_the_cut_once_backward_is_recorded():
+    class Dropped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t, scale):
+            return t * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, grad  # forgets the gradient of t
+
+    w, scale = leaf(), bias()
+    with gp.record() as rec:
+        loss = Dropped.apply(w, scale).sum()
+        loss.backward()
+    assert w.grad is None and scale.grad is not None  # what PyTorch does
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_DIFFERENTIABLE and not found.reached, found
+    assert "cut at Dropped.backward() (node DroppedBackward)" in found.sentence, found
+    assert "make Dropped.backward() return the gradient" in found.sentence
+    assert gp.why_no_grad(loss, scale, recording=rec).reason is Reason.OK
+    fresh = leaf()
+    with gp.record() as rec:  # recorded, but before any backward(): not yet
+        loss = Dropped.apply(fresh, scale).sum()
+    assert gp.why_no_grad(loss, fresh, recording=rec).reason is Reason.NOT_YET
+
+
 def test_a_value_that_left_through_item_names_both_readings():
     w, b = leaf(), bias()
     logged = {}

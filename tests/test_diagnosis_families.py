@@ -551,3 +551,30 @@ def test_a_round_trip_names_the_readers_lines():
     found = gp.why_no_grad(loss, t, recording=rec)
     assert "float() in `math.cos(t)`, line" in found.sentence, found
     assert "then torch.tensor() in `torch.tensor([[math.cos(t), -math.sin(t)]])`" in found.sentence
+
+
+# --- A gradient of a gradient: torch.autograd.grad without create_graph=True.
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+@pytest.mark.parametrize("alone", [True, False], ids=["penalty alone", "penalty added"])
+def test_a_gradient_penalty_needs_create_graph(create_graph, alone):
+    torch.manual_seed(0)
+    critic, x = nn.Linear(3, 1), torch.randn(4, 3, requires_grad=True)
+    with gp.record() as rec:
+        out = critic(x).sum()
+        (g,) = torch.autograd.grad(out, x, create_graph=create_graph, retain_graph=True)
+        penalty = (g.norm(dim=1) - 1).pow(2).mean()
+        loss = penalty if alone else out + penalty
+    found = gp.why_no_grad(loss, critic.weight, recording=rec)
+    if create_graph:  # what PyTorch does: the penalty's gradient reaches the weight
+        assert found.reason is Reason.OK or found.reason is Reason.NOT_YET, found
+        return
+    if alone:
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            loss.backward()
+        assert found.reason is Reason.NOT_DIFFERENTIABLE, found
+    else:
+        assert found.reason is Reason.PARTIAL, found
+    assert "torch.autograd.grad() without create_graph=True" in found.sentence, found
+    assert "pass create_graph=True to torch.autograd.grad" in found.sentence

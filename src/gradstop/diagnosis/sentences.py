@@ -180,7 +180,7 @@ def _fields(f: Facts) -> dict[str, str]:
         "hooks": ", ".join(f.hooks),
         "exits": " then ".join(trace.exits) if trace else "",
         "cut": _cut_text(cut, f) if cut else "",
-        "flat": _flat_text(cut) if cut else "",
+        "flat": _flat_text(cut, f) if cut else "",
         "stand_in": _stand_in(cut),
         "mode": cut.mode if cut else "",
         "zeros": (_ZEROS_SEEN if trace else _ZEROS_UNSEEN) if zeros and not f.hooks else "",
@@ -213,7 +213,20 @@ def _behind_text(leaves: tuple[str, ...]) -> str:
     return f"; computed in one operation from {' and '.join(leaves)}, whose .grad backward() fills"
 
 
-def _flat_text(cut: Cut) -> str:
+def _flat_text(cut: Cut, f: Facts) -> str:
+    if cut.kind == "autograd.grad":
+        return (
+            "which returns the gradients as tensors with no graph of their own unless it is "
+            "given create_graph=True, so nothing computed from a gradient (a gradient "
+            "penalty, a second derivative) can be differentiated again"
+        )
+    if cut.kind == "custom backward":
+        return (
+            f"the backward of a custom autograd Function: the recorded backward() from "
+            f"{f.output} ran through it and left {f.tensor}.grad None, so it returned None "
+            f"for the input that carries the gradient of {f.tensor} (None tells autograd "
+            "that input gets no gradient)"
+        )
     if cut.kind == "integer result":
         return (
             f"which returns a {cut.dtype} tensor, and integer and boolean results carry no gradient"
@@ -230,6 +243,18 @@ def _flat_text(cut: Cut) -> str:
 
 
 def _stand_in(cut: Cut | None) -> str:
+    if cut is not None and cut.kind == "autograd.grad":
+        return (
+            "pass create_graph=True to torch.autograd.grad (as a gradient penalty, a "
+            "Hessian-vector product or any second-order gradient needs), and backward() from "
+            "what you compute with the gradient then reaches the tensors it came from"
+        )
+    if cut is not None and cut.kind == "custom backward":
+        return (
+            f"make {cut.region}.backward() return the gradient for every input of forward "
+            "that requires grad (ctx.needs_input_grad[i] says which), one value per input "
+            "of forward, in order; None only for inputs that need no gradient"
+        )
     if cut is not None and cut.kind == "custom Function":
         return (
             f"pass the tensor to {cut.region}.apply() as an input and return its gradient "
@@ -321,6 +346,7 @@ _PART_FIXES = {
     "copy": "combine tensors with torch.stack or torch.cat, not torch.tensor",
     "no_grad": "compute that part outside the no-grad region",
     "checkpoint": "pass use_reentrant=False to the checkpoint",
+    "autograd.grad": "pass create_graph=True to torch.autograd.grad",
     "integer result": "use a differentiable stand-in for that step",
     "no derivative": "use a differentiable stand-in for that step",
 }
