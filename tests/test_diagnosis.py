@@ -689,6 +689,32 @@ def test_a_custom_function_returning_none_is_named_when_grad_stays_none():
     assert "DroppedBackward" in found.sentence and "returned None" in found.sentence
 
 
+def test_a_custom_function_returning_none_is_named_as_the_cut_once_backward_is_recorded():
+    class Dropped(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t, scale):
+            return t * scale
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, grad  # forgets the gradient of t
+
+    w, scale = leaf(), bias()
+    with gp.record() as rec:
+        loss = Dropped.apply(w, scale).sum()
+        loss.backward()
+    assert w.grad is None and scale.grad is not None  # what PyTorch does
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.NOT_DIFFERENTIABLE and not found.reached, found
+    assert "cut at Dropped.backward() (node DroppedBackward)" in found.sentence, found
+    assert "make Dropped.backward() return the gradient" in found.sentence
+    assert gp.why_no_grad(loss, scale, recording=rec).reason is Reason.OK
+    fresh = leaf()
+    with gp.record() as rec:  # recorded, but before any backward(): not yet
+        loss = Dropped.apply(fresh, scale).sum()
+    assert gp.why_no_grad(loss, fresh, recording=rec).reason is Reason.NOT_YET
+
+
 def test_a_value_that_left_through_item_names_both_readings():
     w, b = leaf(), bias()
     logged = {}
@@ -1156,6 +1182,76 @@ def test_diagnose_step_sees_zero_grad_between_backward_and_step():
         optimizer.step()
     assert {r.changed for r in step.rows} == {False}
     assert all("never between them" in text for text in step.problems.values())
+
+
+def test_diagnose_step_sees_the_step_come_before_the_backward():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        optimizer.step()  # before the gradient exists
+        loss.backward()
+    assert {r.changed for r in step.rows} == {False}
+    assert {r.verdict for r in step.rows} == {"optimizer.step() ran before backward()"}
+    assert all("call loss.backward() first" in text for text in step.problems.values())
+    assert not any("never between them" in text for text in step.problems.values())
+
+
+def test_diagnose_step_sees_zero_grad_undo_gradient_accumulation():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        for inputs, targets in zip(INPUTS.chunk(4), TARGETS.chunk(4), strict=True):
+            optimizer.zero_grad()  # every micro-batch: only the last one's gradient is left
+            ((model(inputs) - targets).pow(2).mean() / 4).backward()
+        optimizer.step()
+    assert any(
+        "zero_grad() ran between backward passes" in n and "(3 times)" in n for n in step.notes
+    )
+    with gp.diagnose_step(model, optimizer, show=False) as step:  # accumulated right
+        optimizer.zero_grad()
+        for inputs, targets in zip(INPUTS.chunk(4), TARGETS.chunk(4), strict=True):
+            ((model(inputs) - targets).pow(2).mean() / 4).backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not any("zero_grad()" in n for n in step.notes)
+    assert type(optimizer).zero_grad is torch.optim.SGD.zero_grad  # the watch is gone
+    assert "zero_grad" not in vars(optimizer) and "zero_grad" not in vars(model)
+
+
+def test_diagnose_step_sees_a_hand_written_step_that_changes_no_parameter():
+    model = small_model()
+    with gp.diagnose_step(model, show=False) as step:
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        for p in model.parameters():
+            p = p - 0.1 * p.grad  # rebinds the loop variable only
+    assert any("changed no parameter" in n and "p -= lr * p.grad" in n for n in step.notes)
+    with gp.diagnose_step(model, show=False) as step:
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= 0.1 * p.grad
+    assert not any("changed no parameter" in n for n in step.notes)
+
+
+def test_diagnose_step_says_eval_freezes_nothing():
+    model = small_model().eval()  # meant to freeze it
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        optimizer.step()
+    assert all(r.changed for r in step.rows)  # what PyTorch does: eval() froze nothing
+    (note,) = [n for n in step.notes if "eval mode" in n]
+    assert "freezes nothing" in note and "requires_grad_(False)" in note
+    assert not any("frozen" in r.verdict for r in step.rows)
+    model.train()
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        optimizer.step()
+    assert not any("eval mode" in n for n in step.notes)
 
 
 def test_diagnose_step_sees_momentum_move_a_parameter_whose_gradient_a_hook_zeroed():

@@ -510,3 +510,71 @@ def test_the_second_manual_step_fails_and_diagnose_step_says_why(capsys):
     assert "'NoneType'. What it means: a .grad was None" in printed
     assert "w: not a leaf: .grad is not kept (NON_LEAF)" in printed
     assert "with torch.no_grad(): w -= lr * w.grad" in printed
+
+
+# --- Numbers taken out of tensors and put back with torch.tensor([...]): a round trip.
+
+ROUND_TRIPS = {
+    "item() into a matrix": "torch.tensor([[torch.cos(t).item(), -torch.sin(t).item()]])",
+    "math on a tensor": "torch.tensor([[math.cos(t), -math.sin(t)]])",
+    "with requires_grad=True": "torch.tensor([[math.cos(t), math.sin(t)]], requires_grad=True)",
+    "NumPy": "torch.tensor(np.stack([np.cos(t.detach().numpy()), np.sin(t.detach().numpy())]))",
+}
+
+
+@pytest.mark.parametrize("make", ROUND_TRIPS.values(), ids=list(ROUND_TRIPS))
+def test_numbers_put_back_with_torch_tensor_are_a_round_trip_fixed_by_stack(make):
+    import math
+
+    t, scale = torch.tensor(0.3, requires_grad=True), torch.tensor(2.0, requires_grad=True)
+    with gp.record() as rec, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Converting a tensor with requires_grad=True"
+        rotation = eval(make, {"torch": torch, "math": math, "np": np, "t": t})
+        loss = (rotation * scale).sum()
+    loss.backward()
+    assert t.grad is None and scale.grad is not None  # what PyTorch does
+    found = gp.why_no_grad(loss, t, recording=rec)
+    assert found.reason is Reason.LEFT_TORCH, found
+    assert "came back as a new tensor" in found.sentence, found
+    assert "then torch.tensor()" in found.sentence, found
+    assert "torch.stack(list)" in found.sentence and "torch.cos(t)" in found.sentence
+    assert "only logged" not in found.sentence  # the round trip settles which reading
+
+
+def test_a_round_trip_names_the_readers_lines():
+    import math
+
+    t = torch.tensor(0.3, requires_grad=True)
+    with gp.record() as rec:
+        rotation = torch.tensor([[math.cos(t), -math.sin(t)]])
+        loss = (rotation * 2).sum()
+    found = gp.why_no_grad(loss, t, recording=rec)
+    assert "float() in `math.cos(t)`, line" in found.sentence, found
+    assert "then torch.tensor() in `torch.tensor([[math.cos(t), -math.sin(t)]])`" in found.sentence
+
+
+# --- A gradient of a gradient: torch.autograd.grad without create_graph=True.
+
+
+@pytest.mark.parametrize("create_graph", [False, True])
+@pytest.mark.parametrize("alone", [True, False], ids=["penalty alone", "penalty added"])
+def test_a_gradient_penalty_needs_create_graph(create_graph, alone):
+    torch.manual_seed(0)
+    critic, x = nn.Linear(3, 1), torch.randn(4, 3, requires_grad=True)
+    with gp.record() as rec:
+        out = critic(x).sum()
+        (g,) = torch.autograd.grad(out, x, create_graph=create_graph, retain_graph=True)
+        penalty = (g.norm(dim=1) - 1).pow(2).mean()
+        loss = penalty if alone else out + penalty
+    found = gp.why_no_grad(loss, critic.weight, recording=rec)
+    if create_graph:  # what PyTorch does: the penalty's gradient reaches the weight
+        assert found.reason is Reason.OK or found.reason is Reason.NOT_YET, found
+        return
+    if alone:
+        with pytest.raises(RuntimeError, match="does not require grad"):
+            loss.backward()
+        assert found.reason is Reason.NOT_DIFFERENTIABLE, found
+    else:
+        assert found.reason is Reason.PARTIAL, found
+    assert "torch.autograd.grad() without create_graph=True" in found.sentence, found
+    assert "pass create_graph=True to torch.autograd.grad" in found.sentence

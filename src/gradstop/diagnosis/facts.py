@@ -67,6 +67,8 @@ def facts(
     path = _path_nodes(output, tensor) if reached else backward_nodes(output)
     hooks, notes = _hooks(output, tensor, path, recording, names, modules) if reached else ((), ())
     cut = None if found is None else found.cut if tensor.requires_grad else found.made_by
+    if reached and found is not None and found.emptied and tensor.grad is None:
+        cut = _returned_none(path) or cut
     by_hand = _update_like(tensor) or bool(found and found.from_grad)  # w - lr * w.grad
     fresh = () if reached or by_hand else _fresh_of(output, tensor, modules)
     return Facts(
@@ -158,6 +160,24 @@ def _update_like(tensor) -> bool:
     signs = torch.sign(step) == torch.sign(scale) * torch.sign(flat)
     varies = step.unique().numel() > 1
     return torch.allclose(step, scale * flat) or bool(signs.all() and varies)
+
+
+def _returned_none(path) -> Cut | None:
+    """A recorded backward() ran through custom Functions and left the tensor's .grad None:
+    their backward returned None for it (a Cut of kind "custom backward")."""
+    nodes = [
+        node
+        for node in path
+        if isinstance(node, torch.autograd.function.BackwardCFunction)
+        and type(node).__name__ not in (MODULE_HOOK_NODE, COMPILED_NODE)
+    ]
+    named = sorted(
+        {f"{node._forward_cls.__name__}.backward() (node {type(node).__name__})" for node in nodes}
+    )
+    if not named:
+        return None
+    region = " or ".join(sorted({node._forward_cls.__name__ for node in nodes}))
+    return Cut(" or ".join(named), "custom backward", "", "", "", region=region)
 
 
 def _opaque(nodes) -> tuple[str, ...]:

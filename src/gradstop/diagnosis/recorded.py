@@ -30,7 +30,7 @@ from . import recorder
 # Operations that build a new tensor from another's values, without its graph.
 COPY_OPS = frozenset({"tensor", "as_tensor", "asarray", "new_tensor", "new leaf"})
 # Operations that make a tensor from data outside PyTorch (a NumPy array, numbers).
-FROM_DATA = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
+FROM_DATA = recorder.FROM_DATA
 # The legacy constructors, which the recorder does not see: only the float() they call.
 LEGACY = re.compile(r"`(?:[\w.]*\.)?((?:Float|Double|Half|BFloat16|Long|Int)?Tensor)\(")
 
@@ -68,6 +68,7 @@ class Trace:
     uses: tuple[str, ...]  # each recorded use and what became of it
     passes: tuple[recorder.Pass, ...]  # the backward passes run from the output
     fills: bool | None  # does one of them fill the tensor's .grad? (None: none recorded)
+    emptied: bool  # one that should fill its .grad ran, and left it None
     from_grad: bool  # the tensor was computed from a .grad read (a manual update)
     in_checkpoint: bool  # used inside a reentrant checkpoint whose output is on the path
 
@@ -92,6 +93,8 @@ def _connected(state) -> bool:
 
 
 def _kind(call, out) -> str:
+    if call.name == "autograd.grad":
+        return "autograd.grad"
     if call.name == "data":
         return "data"
     if call.name.split(".")[0] in ("detach", "detach_"):  # also aten's "detach.default"
@@ -140,6 +143,7 @@ def op_text(name: str) -> str:
         "asarray": "torch.asarray()",
         "from_numpy": "torch.from_numpy()",
         "new leaf": "a new leaf made from its memory (nn.Parameter(), copy.deepcopy())",
+        "autograd.grad": "torch.autograd.grad() without create_graph=True",
     }
     return special.get(name, f"{name}()")
 
@@ -167,7 +171,8 @@ class Links:
 def links(recording: Recording, output, tensor) -> Links:
     # An optimizer's step is not part of the forward pass: its calls are left out.
     steps = [c for c in recording.calls if c.region != recorder.STEP]
-    states, calls = recording.states, steps + _new_leaves(recording)
+    states = recording.states
+    calls = steps + _new_leaves(recording) + recorder.grad_calls(recording)
     mine = {i for i, s in enumerate(states) if s.tensor is tensor}
     outs = {i for i, s in enumerate(states) if s.tensor is output}
     ahead: dict[int, set[int]] = {}
@@ -215,6 +220,12 @@ def trace(recording: Recording, output, tensor, output_name: str = "output") -> 
         uses=tuple(dict.fromkeys(_use_text(recording, g, c, output_name) for c in uses)),
         passes=(ran := _passes(recording, output)),
         fills=_fills(ran, tensor),
+        emptied=any(
+            p.fills
+            and (p.inputs is None or any(t is tensor for t in p.inputs))
+            and id(tensor) in p.left_none
+            for p in ran
+        ),
         from_grad=from_grad(recording, g),
         in_checkpoint=in_checkpoint,
     )
@@ -306,8 +317,9 @@ def _round_trip(recording: Recording, g: Links) -> str:
         for back in g.calls:
             if back.name in FROM_DATA and not back.inputs and min(back.outputs) > left:
                 if g.behind & set(back.outputs):
-                    where = f" at {back.where}" if back.where else ""
-                    return f"{op_text(out_call.name)}, then {op_text(back.name)}{where}"
+                    out = f" in {out_call.where}" if out_call.where else ""
+                    where = f" in {back.where}" if back.where else ""
+                    return f"{op_text(out_call.name)}{out}, then {op_text(back.name)}{where}"
     return ""
 
 

@@ -26,12 +26,13 @@ import inspect
 import linecache
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from .. import forward
 from ..forward import PASSES, Recording
+from ..graph import gradient_targets
 
 # Library code the reader did not write: a call's line is the first frame outside.
 _LIBRARIES = tuple(
@@ -42,6 +43,8 @@ _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
 _OPTIM = os.path.join("torch", "optim", "")
 # The region of a call an optimizer's step made: not part of the forward pass.
 STEP = "optimizer.step()"
+# Operations that make a tensor from data outside PyTorch (a NumPy array, numbers).
+FROM_DATA = frozenset({"tensor", "as_tensor", "asarray", "from_numpy"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,9 @@ class Pass:
     outputs: tuple[torch.Tensor, ...]
     inputs: tuple[torch.Tensor, ...] | None  # inputs=, or autograd.grad's; None: every leaf
     fills: bool  # does it fill .grad? (autograd.grad returns the gradients instead)
+    # id() of each leaf in its graph whose .grad was None just after it ran (filled in
+    # when it returns; a custom Function's backward may have returned None for them)
+    left_none: set[int] = field(default_factory=set, compare=False)
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,12 @@ def grad_reads(recording: Recording) -> list[tuple[int, int]]:
     return recording.notes.setdefault("grad reads", [])
 
 
+def grad_calls(recording: Recording) -> list:
+    """Each torch.autograd.grad() as a call from its outputs and inputs to the gradients
+    it returned (without create_graph=True those have no graph: a cut)."""
+    return recording.notes.setdefault("grad calls", [])
+
+
 def module_calls(recording: Recording) -> dict[int, ModuleCall]:
     return recording.notes.setdefault("modules", {})
 
@@ -120,6 +132,38 @@ def before(recording: Recording, func, args, kwargs) -> None:
             kind != "torch.autograd.grad()",
         )
     )
+    recording.notes.setdefault("running", []).append(len(passes(recording)) - 1)
+
+
+def _note_grad_call(recording: Recording, args, kwargs, result) -> None:
+    bound = inspect.signature(torch.autograd.grad).bind(*args, **kwargs).arguments
+    taken = _tensors(bound.get("outputs")) + _tensors(bound.get("inputs"))
+    made = [t for t in _tensors(result) if t is not None]
+    if not taken or not made:
+        return
+    call = forward._Call(
+        "autograd.grad",
+        [recording.state_of(t) for t in taken],
+        [recording.new_state(t, made_by="autograd.grad") for t in made],
+    )
+    call.where = _where()
+    grad_calls(recording).append(call)
+
+
+def _finished(recording: Recording) -> None:
+    """A backward pass returned: note the leaves of its graph whose .grad is still None."""
+    running = recording.notes.setdefault("running", [])
+    if not running:
+        return
+    ran = passes(recording)[running.pop()]
+    if not ran.fills:
+        return
+    with torch._C.DisableTorchFunction():  # reading .grad here is no read of the reader's
+        for output in ran.outputs:
+            for node, _ in gradient_targets(output):
+                leaf = getattr(node, "variable", None)
+                if leaf is not None and leaf.grad is None:
+                    ran.left_none.add(id(leaf))
 
 
 def _tensors(value) -> tuple[torch.Tensor, ...]:
@@ -132,6 +176,10 @@ def _tensors(value) -> tuple[torch.Tensor, ...]:
 
 def after(recording: Recording, func, args, kwargs, result, call) -> None:
     """Note .grad reads, hooks and module hooks; where a cut ran and in which region."""
+    if func in PASSES:
+        _finished(recording)
+    if func is torch.autograd.grad:
+        _note_grad_call(recording, args, kwargs, result)
     getter = _getter(func)
     if getter == "grad" and isinstance(result, torch.Tensor):
         grad_reads(recording).append((recording.state_of(args[0]), recording.state_of(result)))
@@ -144,7 +192,10 @@ def after(recording: Recording, func, args, kwargs, result, call) -> None:
         return
     if not call.grad_enabled:
         call.region = _region()
+    brought_in = call.name in FROM_DATA and not call.inputs  # a round trip may end here
     if _cuts(recording, call) or _in_place(recording, call) or call in recording.exits:
+        call.where = _where()
+    elif brought_in:
         call.where = _where()
 
 

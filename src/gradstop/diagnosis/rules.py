@@ -80,6 +80,7 @@ CUT_REASONS = {
     "integer result": Reason.NOT_DIFFERENTIABLE,
     "no derivative": Reason.NOT_DIFFERENTIABLE,
     "custom Function": Reason.NOT_DIFFERENTIABLE,
+    "autograd.grad": Reason.NOT_DIFFERENTIABLE,
 }
 
 
@@ -209,7 +210,13 @@ RULES: tuple[Question, ...] = (
         "filled",
         "tensor.grad holds a tensor?",
         lambda f: yes(f.grad is not None),
-        {"yes": "hooks", "no": Reason.NOT_YET},
+        {"yes": "hooks", "no": "returned_none"},
+    ),
+    Question(
+        "returned_none",
+        "recorded: backward() ran, left it None past a custom Function?",
+        lambda f: yes(bool(f.cut and f.cut.kind == "custom backward")),
+        {"yes": Reason.NOT_DIFFERENTIABLE, "no": Reason.NOT_YET},
     ),
     Question(
         "hooks",

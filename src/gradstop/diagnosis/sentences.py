@@ -73,11 +73,7 @@ SENTENCES = {
     Reason.NOT_DIFFERENTIABLE: "{cut}, {flat}{graphless}: {stand_in}.",
     Reason.LEFT_TORCH: "no recorded operation carries {tensor} to {output}: its values left "
     "PyTorch through {exits}, and a Python number or NumPy array carries no graph{graphless}. "
-    "If that value was used to compute {output}, keep that computation in torch operations "
-    "(to make one tensor of several, torch.stack(list) or torch.cat(list), never "
-    "torch.tensor(list), torch.Tensor(list) or a number's .item()); "
-    "if it was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
-    "computed and never added): add it to {output}.",
+    "{left_fix}",
     Reason.RECOMPUTED: "{tensor} is computed afresh from {fresh} each time it is read (a "
     "parametrization such as nn.utils.parametrizations.weight_norm or spectral_norm, or a "
     "property): the tensor you hold is not the one {output} used, and gets no gradient. "
@@ -142,6 +138,22 @@ _UNEXPLAINED = (
     "with gradstop.forward_view(rec, {output})."
 )
 
+_LEFT_EITHER = (
+    "If that value was used to compute {output}, keep that computation in torch operations "
+    "(to make one tensor of several, torch.stack(list) or torch.cat(list), never "
+    "torch.tensor(list), torch.Tensor(list) or a number's .item()); "
+    "if it was only logged or printed, nothing from {tensor} reaches {output} (a loss term "
+    "computed and never added): add it to {output}."
+)
+
+_LEFT_AND_BACK = (
+    "Those numbers came back as a new tensor, with their values and no graph, and it "
+    "reaches {output}: {round_trip}. Build that tensor from {tensor} with torch operations "
+    "(torch.cos({tensor}), not math.cos({tensor}), {tensor}.item() or NumPy) and put the "
+    "pieces together with torch.stack(list) or torch.cat(list), never torch.tensor() of "
+    "numbers: keep it a tensor all the way from {tensor} to {output}."
+)
+
 _GRAPHLESS = (
     "; nothing else {output} was computed from requires grad either, so {output}.backward() "
     "raises 'element 0 of tensors does not require grad and does not have a grad_fn'"
@@ -168,7 +180,7 @@ def _fields(f: Facts) -> dict[str, str]:
         "hooks": ", ".join(f.hooks),
         "exits": " then ".join(trace.exits) if trace else "",
         "cut": _cut_text(cut, f) if cut else "",
-        "flat": _flat_text(cut) if cut else "",
+        "flat": _flat_text(cut, f) if cut else "",
         "stand_in": _stand_in(cut),
         "mode": cut.mode if cut else "",
         "zeros": (_ZEROS_SEEN if trace else _ZEROS_UNSEEN) if zeros and not f.hooks else "",
@@ -182,7 +194,17 @@ def _fields(f: Facts) -> dict[str, str]:
         "uses": "; ".join(trace.uses) if trace else "",
         "passes": _passes_text(f),
         "fresh": " and ".join(f.fresh_of),
+        "left_fix": _left_fix(f),
     }
+
+
+def _left_fix(f: Facts) -> str:
+    """The fix for values that left PyTorch: definite when a tensor made from them came back."""
+    if f.trace is not None and f.trace.round_trip:
+        return _LEFT_AND_BACK.format(
+            tensor=f.tensor, output=f.output, round_trip=f.trace.round_trip
+        )
+    return _LEFT_EITHER.format(tensor=f.tensor, output=f.output)
 
 
 def _behind_text(leaves: tuple[str, ...]) -> str:
@@ -191,7 +213,20 @@ def _behind_text(leaves: tuple[str, ...]) -> str:
     return f"; computed in one operation from {' and '.join(leaves)}, whose .grad backward() fills"
 
 
-def _flat_text(cut: Cut) -> str:
+def _flat_text(cut: Cut, f: Facts) -> str:
+    if cut.kind == "autograd.grad":
+        return (
+            "which returns the gradients as tensors with no graph of their own unless it is "
+            "given create_graph=True, so nothing computed from a gradient (a gradient "
+            "penalty, a second derivative) can be differentiated again"
+        )
+    if cut.kind == "custom backward":
+        return (
+            f"the backward of a custom autograd Function: the recorded backward() from "
+            f"{f.output} ran through it and left {f.tensor}.grad None, so it returned None "
+            f"for the input that carries the gradient of {f.tensor} (None tells autograd "
+            "that input gets no gradient)"
+        )
     if cut.kind == "integer result":
         return (
             f"which returns a {cut.dtype} tensor, and integer and boolean results carry no gradient"
@@ -208,6 +243,18 @@ def _flat_text(cut: Cut) -> str:
 
 
 def _stand_in(cut: Cut | None) -> str:
+    if cut is not None and cut.kind == "autograd.grad":
+        return (
+            "pass create_graph=True to torch.autograd.grad (as a gradient penalty, a "
+            "Hessian-vector product or any second-order gradient needs), and backward() from "
+            "what you compute with the gradient then reaches the tensors it came from"
+        )
+    if cut is not None and cut.kind == "custom backward":
+        return (
+            f"make {cut.region}.backward() return the gradient for every input of forward "
+            "that requires grad (ctx.needs_input_grad[i] says which), one value per input "
+            "of forward, in order; None only for inputs that need no gradient"
+        )
     if cut is not None and cut.kind == "custom Function":
         return (
             f"pass the tensor to {cut.region}.apply() as an input and return its gradient "
@@ -299,6 +346,7 @@ _PART_FIXES = {
     "copy": "combine tensors with torch.stack or torch.cat, not torch.tensor",
     "no_grad": "compute that part outside the no-grad region",
     "checkpoint": "pass use_reentrant=False to the checkpoint",
+    "autograd.grad": "pass create_graph=True to torch.autograd.grad",
     "integer result": "use a differentiable stand-in for that step",
     "no derivative": "use a differentiable stand-in for that step",
 }

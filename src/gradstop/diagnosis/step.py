@@ -25,7 +25,7 @@ import torch
 
 from ..forward import Recording, _Recorder
 from . import names as naming
-from . import recorded
+from . import recorded, recorder
 from .errors import explain
 from .recorder import passes
 from .report import Diagnosis, diagnose, module_notes
@@ -86,7 +86,7 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
     """
     _check(model, optimizer, tensors)
     found, caller, recording = StepReport(), sys._getframe(2), Recording()
-    watch = _Watch(model, optimizer, tensors or {}, caller)
+    watch = _Watch(model, optimizer, tensors or {}, caller, recording)
     try:
         with _Recorder(recording):
             yield found
@@ -131,20 +131,60 @@ def _grad_state(grad) -> str:
 
 
 class _Watch:
-    """The tensors to report, their values before the block, their gradients at the step."""
+    """The tensors to report, their values before the block, their gradients at the step,
+    and the order of the block's optimizer.step() and zero_grad() calls among its
+    backward passes (``events``: each with the number of backward passes before it)."""
 
-    def __init__(self, model, optimizer, tensors, caller):
+    def __init__(self, model, optimizer, tensors, caller, recording):
         self.model, self.optimizer, self.tensors = model, optimizer, tensors
+        self.recording = recording
         self.candidates = _candidates(model, optimizer, tensors, caller)
         self.before = {id(t): t.detach().clone() for _, t, _ in self.candidates}
         self.at_step: dict[int, str] = {}
         self.steps = 0
+        self.events: list[tuple[str, int]] = []  # ("step" or "zero_grad", backward passes)
         self.handle = None
+        self.wrapped: list[tuple[object, bool, object]] = []
         if optimizer is not None:
             self.handle = optimizer.register_step_pre_hook(self._pre_step)
+        for owner in (optimizer, model):
+            if owner is not None:
+                self._watch_zero_grad(owner)
+
+    def backward_passes(self) -> int:
+        """How many backward passes that fill .grad have run in the block so far."""
+        return sum(p.fills for p in passes(self.recording))
+
+    def _watch_zero_grad(self, owner) -> None:
+        """Note each zero_grad() of the optimizer or the model (PyTorch has no hook for it)."""
+        original, had = owner.zero_grad, "zero_grad" in vars(owner)
+
+        def zero_grad(*args, **kwargs):
+            self.events.append(("zero_grad", self.backward_passes()))
+            return original(*args, **kwargs)
+
+        owner.zero_grad = zero_grad
+        self.wrapped.append((owner, had, original))
+
+    @property
+    def step_before_backward(self) -> bool:
+        """The first optimizer.step() ran before any backward(), and a backward() after it."""
+        steps = [n for kind, n in self.events if kind == "step"]
+        return bool(steps) and steps[0] == 0 and self.backward_passes() > steps[-1]
+
+    def wiped(self) -> int:
+        """zero_grad() calls that threw away the gradients of earlier backward passes (with
+        no optimizer.step() since them) before more backward passes ran."""
+        count, last = 0, 0  # backward passes at the last step() or zero_grad()
+        for kind, n in self.events:
+            if kind == "zero_grad" and n > last and n < self.backward_passes():
+                count += 1
+            last = n
+        return count
 
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self.steps += 1
+        self.events.append(("step", self.backward_passes()))
         if self.steps > 1:
             return
         with torch._C.DisableTorchFunction():  # not part of the reader's step
@@ -160,6 +200,11 @@ class _Watch:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.remove()
+        for owner, had, original in self.wrapped:
+            if had:
+                owner.zero_grad = original
+            else:
+                del owner.zero_grad
 
 
 def _candidates(model, optimizer, tensors, caller) -> list[tuple[str, torch.Tensor, bool | None]]:
@@ -212,6 +257,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.optimizer = watch.optimizer is not None
     found.notes = module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
+    found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
+    found.notes += _eval_note(model, rows)
     found.explained = (
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
@@ -233,6 +280,86 @@ def _rebound(watch: _Watch, recording: Recording, caller) -> tuple[str, ...]:
                 f"instead, `with torch.no_grad(): {name} -= lr * {name}.grad`"
             )
     return tuple(notes)
+
+
+def _wiped_note(watch: _Watch) -> tuple[str, ...]:
+    """zero_grad() between backward passes of one step: gradient accumulation undone."""
+    count = watch.wiped()
+    if not count:
+        return ()
+    times = "once" if count == 1 else f"{count} times"
+    stepped = ", and optimizer.step() used only the gradient of the last" if watch.steps else ""
+    return (
+        f"zero_grad() ran between backward passes with no optimizer.step() between them "
+        f"({times}): each time it reset .grad and threw away the gradients the backward() "
+        f"calls before it had summed there, so only the backward() calls after the last "
+        f"zero_grad() count{stepped}. To accumulate gradients over micro-batches, call "
+        "zero_grad() once per optimizer.step() (after the step, or before the first "
+        "micro-batch), not before every backward(), and divide each micro-batch's loss by "
+        "their number",
+    )
+
+
+def _unmoved_note(watch: _Watch, rows, recording: Recording) -> tuple[str, ...]:
+    """No optimizer.step(), .grad read to compute new values, and no parameter changed."""
+    if watch.steps or not watch.backward_passes():
+        return ()
+    computed = [
+        name
+        for name, tensor, _ in watch.candidates
+        if torch.equal(watch.before[id(tensor)], tensor.detach())
+        and _computed_from_grad(recording, tensor)
+    ]
+    moved = any(not torch.equal(watch.before[id(t)], t.detach()) for _, t, _ in watch.candidates)
+    if not computed or moved:
+        return ()
+    return (
+        f"the block computed new values from {', '.join(computed)} and their .grad "
+        "(p - lr * p.grad), but changed no parameter: `p = p - lr * p.grad` binds the name "
+        "p to a new tensor and leaves the parameter as it was (in `for p in "
+        "model.parameters():` it rebinds only the loop variable). Update each parameter "
+        "in place, `with torch.no_grad(): p -= lr * p.grad` (or p.sub_(lr * p.grad)), then "
+        "p.grad = None; or use an optimizer",
+    )
+
+
+def _computed_from_grad(recording: Recording, tensor) -> bool:
+    """Was a new tensor computed from ``tensor`` and a read of its .grad?"""
+    states = recording.states
+    grads = {g for t, g in recorder.grad_reads(recording) if states[t].tensor is tensor}
+    if not grads:
+        return False
+    g = recorded.links(recording, tensor, tensor)
+    both = g.reach(grads, kept=False) & g.reach(g.mine, kept=False)
+    return any(states[i].tensor is not tensor for i in both)
+
+
+def _eval_note(model, rows) -> tuple[str, ...]:
+    """A module in eval mode whose parameters still get gradients: eval() freezes nothing."""
+    if model is None:
+        return ()
+    trained = {r.name for r in rows if r.diagnosis is not None and r.diagnosis.reached}
+    found, said = [], []
+    for name, module in model.named_modules():
+        if module.training or any(name.startswith(f"{p}.") or not p for p in said):
+            continue
+        mine = [
+            f"{name}.{n}" if name else n
+            for n, p in module.named_parameters()
+            if p.requires_grad and (f"{name}.{n}" if name else n) in trained
+        ]
+        if mine:
+            said.append(name)
+            who = name or "the model"
+            found.append(
+                f"{who} is in eval mode ({who if name else 'model'}.eval()), which changes only "
+                "what dropout and batch norm do in the forward pass and freezes nothing: its "
+                f"parameters ({', '.join(mine[:4])}{', ...' if len(mine) > 4 else ''}) still "
+                "get gradients, and optimizer.step() changes them. To freeze a parameter, "
+                "call requires_grad_(False) on it before the forward pass (or leave it out "
+                "of the optimizer)"
+            )
+    return tuple(found)
 
 
 def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnosis | None:
@@ -266,6 +393,8 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
     """What optimizer.step() did with the tensor, when that is the problem."""
     reached = row.diagnosis.reached
     unregistered = row.diagnosis.reason is Reason.UNREGISTERED  # its sentence says it all
+    if watch.step_before_backward and reached and row.in_optimizer:
+        return _early_step_remark(row)
     if watch.steps and reached and row.in_optimizer is False and not unregistered:
         return (
             "the gradient arrives, but the optimizer does not hold it",
@@ -293,6 +422,22 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
         why = "its learning rate is 0" if lr_zero else "the change is below float precision"
         return "the step did not change it", f"optimizer.step() did not change it: {why}."
     return "", ""
+
+
+def _early_step_remark(row: StepRow) -> tuple[str, str]:
+    """optimizer.step() ran before any backward() of the block, and backward() after it."""
+    used = (
+        "while its .grad was None, so it did not move it"
+        if row.grad_at_step == "None"
+        else "so it moved it with the .grad left from an earlier backward(), not with "
+        "this step's gradient"
+    )
+    return (
+        "optimizer.step() ran before backward()",
+        f"optimizer.step() ran before backward() in this step, {used}; the gradient "
+        "backward() computed afterwards waits in .grad for the next step (or for a "
+        "zero_grad() to clear it): call loss.backward() first, then optimizer.step().",
+    )
 
 
 def id_of(row: StepRow, watch: _Watch) -> int:
