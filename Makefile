@@ -10,12 +10,13 @@ PORT ?= 8000
 # link's text follows its target's title even on a page that did not change.
 BOOK_FLAGS := --warningiserror --nitpick --keep-going --all
 
-.PHONY: help book pdf test lint bench matrix serve lab clean distclean install-check
+.PHONY: help book pdf test quick lint bench matrix serve lab clean distclean install-check
 
 help:
 	@echo "make book   build the HTML book into _build/html (executes the chapters)"
 	@echo "make pdf    the whole book as one PDF in _build/pdf/ (and a link to it on the intro)"
 	@echo "make test   lint, build the book and run the whole test suite"
+	@echo "make quick  the edit loop: lint, the unit tests, and the chapters changed since the last build"
 	@echo "make lint   ruff on the code and the chapters; notebooks committed without outputs"
 	@echo "make install-check  the tool page's install line, in an empty virtual environment"
 	@echo "make bench  time the build against the chapters' own compute (_build/bench.json)"
@@ -43,6 +44,18 @@ pdf: book
 
 test: lint
 	$(BIN)/python -m pytest
+
+# The loop for an edit (CONTRIBUTING.md): the linters, the tests that need no built book
+# (the helper package, the notebook checker, the check counts, the Summary links), and
+# only the chapters whose code changed since the execution cache last saw them, each
+# run with all its checks. Not a substitute for make test before a push.
+UNIT_TESTS := tests/test_check_counts.py tests/test_claims.py tests/test_diagnosis.py \
+	tests/test_diagnosis_families.py tests/test_gradstop.py tests/test_gradstop_errors.py \
+	tests/test_nbcheck.py tests/test_seed_coverage.py tests/test_skeleton.py tests/test_tables.py
+quick: lint
+	$(BIN)/python -m pytest -q $(UNIT_TESTS)
+	@scripts/invalidate-stale-cache
+	$(BIN)/python scripts/execute_chapters.py
 
 # Not part of `make test` (it installs torch into a new environment: minutes): the
 # install line of the tool's page, run in an empty venv against a tagged copy.
