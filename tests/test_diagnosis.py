@@ -1220,6 +1220,23 @@ def test_diagnose_step_sees_zero_grad_undo_gradient_accumulation():
     assert "zero_grad" not in vars(optimizer) and "zero_grad" not in vars(model)
 
 
+def test_a_zero_grad_that_clears_nothing_is_not_undone_accumulation():
+    # A GAN's generator step: the discriminator's backward ran first, through
+    # fake.detach(), so the generator's zero_grad() finds no gradient to throw away.
+    generator, critic = torch.nn.Linear(2, 2), torch.nn.Linear(2, 1)
+    opt_g = torch.optim.SGD(generator.parameters(), lr=0.1)
+    opt_d = torch.optim.SGD(critic.parameters(), lr=0.1)
+    with gp.diagnose_step(generator, opt_g, show=False) as step:
+        fake = generator(INPUTS[:, :2])
+        opt_d.zero_grad()
+        critic(fake.detach()).mean().backward()
+        opt_d.step()
+        opt_g.zero_grad()
+        (-critic(fake).mean()).backward()
+        opt_g.step()
+    assert not any("zero_grad()" in n for n in step.notes), step.notes
+
+
 def test_diagnose_step_sees_a_hand_written_step_that_changes_no_parameter():
     model = small_model()
     with gp.diagnose_step(model, show=False) as step:

@@ -130,6 +130,16 @@ def _grad_state(grad) -> str:
     return "a gradient" if bool(grad.any()) else "zeros"
 
 
+def _holds_gradient(owner) -> bool:
+    """Whether any parameter of an optimizer or a module has a non-zero .grad."""
+    if hasattr(owner, "param_groups"):
+        params = [p for group in owner.param_groups for p in group["params"]]
+    else:
+        params = list(owner.parameters())
+    with torch._C.DisableTorchFunction():  # not part of the reader's step
+        return any(p.grad is not None and bool(p.grad.any()) for p in params)
+
+
 class _Watch:
     """The tensors to report, their values before the block, their gradients at the step,
     and the order of the block's optimizer.step() and zero_grad() calls among its
@@ -160,7 +170,10 @@ class _Watch:
         original, had = owner.zero_grad, "zero_grad" in vars(owner)
 
         def zero_grad(*args, **kwargs):
-            self.events.append(("zero_grad", self.backward_passes()))
+            # a zero_grad() that finds no gradient to clear throws nothing away (a GAN's
+            # generator step after the discriminator's backward through fake.detach())
+            kind = "zero_grad" if _holds_gradient(owner) else "zero_grad of nothing"
+            self.events.append((kind, self.backward_passes()))
             return original(*args, **kwargs)
 
         owner.zero_grad = zero_grad
@@ -177,6 +190,8 @@ class _Watch:
         no optimizer.step() since them) before more backward passes ran."""
         count, last = 0, 0  # backward passes at the last step() or zero_grad()
         for kind, n in self.events:
+            if kind == "zero_grad of nothing":
+                continue
             if kind == "zero_grad" and n > last and n < self.backward_passes():
                 count += 1
             last = n
