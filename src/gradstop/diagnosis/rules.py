@@ -34,7 +34,7 @@ class Reason(enum.Enum):
     NO_GRAD = "computed under no_grad()"
     CHECKPOINTED = "cut by a reentrant checkpoint"
     COPIED = "copied without its graph"
-    NOT_DIFFERENTIABLE = "through an operation with no gradient"
+    NOT_DIFFERENTIABLE = "no gradient through it"
     LEFT_TORCH = "left PyTorch (item(), numpy())"
     RECOMPUTED = "a fresh value, recomputed on each read"
     UNUSED = "not used by the output"
@@ -214,7 +214,7 @@ RULES: tuple[Question, ...] = (
     ),
     Question(
         "returned_none",
-        "recorded: backward() ran, left it None past a custom Function?",
+        "recorded: a custom Function's backward left it None?",
         lambda f: yes(bool(f.cut and f.cut.kind == "custom backward")),
         {"yes": Reason.NOT_DIFFERENTIABLE, "no": Reason.NOT_YET},
     ),
