@@ -192,8 +192,9 @@ def live_code_problems(visit: PageVisit, timeout_ms: int) -> list[str]:
         return [f"no kernel: Thebe's status is {page.evaluate(STATUS)!r}"]
     if page.locator(PRINTED).count():
         return ["printed output shown before any cell ran: the check could not tell"]
-    # the cells a reader sees: a folded check (tag "check") is run from its own fold
-    cells = page.locator("div.cell:not(.tag_check) .thebelab-cell")
+    # the cells a reader sees: a folded check (tag "check") is run from its own fold, and
+    # a cell in a closed "Going deeper" box is not visible until the box opens
+    cells = page.locator("div.cell:not(.tag_check) .thebelab-cell:visible")
     expected = [
         (0, None, f"torch {torch.__version__}"),  # the first cell prints the version
         (1, None, "grad_fn=<SumBackward0>"),  # the short answer's example prints its loss
