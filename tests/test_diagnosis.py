@@ -13,6 +13,7 @@ from torch import nn
 import gradstop as gp
 from gradstop import diagnosis
 from gradstop.diagnosis import REACHED, RULES, Reason
+from gradstop.diagnosis.picture import PART_HEIGHT, split_points
 
 X = torch.tensor([1.0, 2.0, 3.0])
 
@@ -554,6 +555,29 @@ def test_the_figure_is_byte_stable_and_alt_text_can_be_given():
     assert gp.decision_tree(alt=" a tree ").alt == "a tree"
     with pytest.raises(ValueError, match="alt text is required"):
         gp.decision_tree(alt=" ")
+
+
+def test_a_tall_tree_is_shown_in_parts_no_taller_than_a_screen():
+    tree = gp.decision_tree(caption="How why_no_grad decides.")
+    heights = [int(re.search(r'height="(\d+)"', svg).group(1)) for svg, _ in tree.parts]
+    widths = {re.search(r'width="(\d+)"', svg).group(1) for svg, _ in tree.parts}
+    whole = int(re.search(r'height="(\d+)"', tree.svg).group(1))
+    assert whole > PART_HEIGHT and len(tree.parts) >= 2 and max(heights) <= PART_HEIGHT
+    assert len(widths) == 1  # one width: the parts are shown at one scale
+    # every box of the whole tree is in exactly one part, in order
+    boxes = [t for svg, _ in tree.parts for t in svg_texts(svg)]
+    assert boxes == svg_texts(tree.svg)
+    shown = tree._repr_html_()
+    assert shown.count("<img ") == len(tree.parts) and "How why_no_grad decides." in shown
+    assert all(alt for _, alt in tree.parts) and tree.parts[0][1] == tree.alt
+
+
+def test_split_points_share_rows_evenly_and_reject_empty_parts():
+    assert split_points(62, 42) == [0, 31, 62]
+    assert split_points(10, 42) == [0, 10]
+    assert split_points(85, 42) == [0, 28, 57, 85]
+    with pytest.raises(ValueError, match="at least one row"):
+        split_points(10, 0)
 
 
 def test_reached_reasons_are_exactly_those_where_gradient_flows():

@@ -20,19 +20,11 @@ from test_browser import CHROMIUM, CHROMIUM_ARGS, serve
 
 PAGES = nbcheck.toc_files()
 VIEWPORT = {"width": 1300, "height": 1000}  # as tests/test_browser.py's visits
-# Pages whose pictures are still drawn too small, measured on 2026-12-02 after merging
-# main (window 1300 px,
-# column 680 px): expected to fail, visibly (pytest reports them as xfail, and as a
-# failure once they pass, so that each page leaves this dict in the commit that makes
-# its pictures readable). Their pages belong to other helpers; the reason says what
-# is too small.
-NOT_YET = {
-    "book/why-no-grad-tool": "the why_no_grad decision tree 724 px wide drawn 534 px in "
-    "the tool page's narrower column: all 62 labels under 10 px, smallest 8.9 px "
-    "(issue 26/27; chapter 7's copy of the tree passes)",
-    "notebooks/06-simsiam": "a four-panel plot 854 px wide drawn 680 px: 14 of 74 labels "
-    "under 10 px, smallest 7.4 px (chapters 5-7, their helper)",
-}
+# Pages whose pictures are still drawn too small (window 1300 px, column 680 px), each
+# with what is too small: expected to fail, visibly (pytest reports them as xfail, and
+# as a failure once they pass, so that a page leaves this dict in the commit that makes
+# its pictures readable). None since 2026-12-02.
+NOT_YET: dict[str, str] = {}
 
 
 def page_param(doc):
