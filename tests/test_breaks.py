@@ -200,7 +200,7 @@ BREAKS = [
         "color-contrast",
     ),
     Break(
-        "every internal link and anchor resolving (LinkChecker)",
+        "every internal link and anchor resolving (tests/links.py)",
         "book/probe-page links to intro.html#no-such-anchor",
         "test_browser.py::test_every_internal_link_and_anchor_resolves",
         "no-such-anchor",
@@ -275,9 +275,9 @@ ELSEWHERE = [
         "test_lint.py::test_lint_fails_on_a_notebook_with_outputs",
     ),
     (
-        "every internal link and anchor resolving (LinkChecker)",
+        "every internal link and anchor resolving (tests/links.py)",
         "a hand-made site with a missing page and a missing anchor",
-        "test_browser.py::test_link_checker_catches_a_broken_link_and_a_broken_anchor",
+        "test_browser.py::test_link_check_catches_a_broken_link_and_a_broken_anchor",
     ),
     (
         "the browser tests fail, never skip, without Chromium",
@@ -574,7 +574,7 @@ ROUND_1 += ["test_error_index_complete.py", "test_picture_labels.py"]
 NOT_IN_ROUND_1 = [
     "test_book.py::test_unexpected_error_fails_the_build_naming_notebook_and_cell",
     "test_skeleton.py::test_template_runs_clean",
-    "test_browser.py::test_link_checker_catches_a_broken_link_and_a_broken_anchor",
+    "test_browser.py::test_link_check_catches_a_broken_link_and_a_broken_anchor",
 ]
 
 
