@@ -180,7 +180,7 @@ def draw_parts() -> list[tuple[str, list[_Row]]]:
     bounds = split_points(len(rows), (PART_HEIGHT - 4) // ROW)
     return [
         (_svg(rows, start, stop, width), rows[start:stop])
-        for start, stop in zip(bounds, bounds[1:])
+        for start, stop in zip(bounds, bounds[1:], strict=False)
     ]
 
 
