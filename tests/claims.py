@@ -11,6 +11,10 @@ heading of the same or a higher level; it must hold a check that can fail: an
 ``assert`` statement, a ``torch.testing.assert_close`` call, or a cell that declares
 an ``expected_error``. Several label lines may stand above one heading; each names it.
 
+A "Going deeper" box has no headings (the build refuses them), so a label may also
+stand above the first paragraph inside one: that section is the box, from the label
+to ``{going-deeper-end}``, and is titled by its ``{going-deeper-start}`` line.
+
 The same test covers two appendices:
 
 - the cheat sheet: every row of its table is a line of the sheet (a sheet without a
@@ -30,6 +34,9 @@ import nbformat
 
 LABEL = re.compile(r"^\((?P<label>[A-Za-z0-9_.:-]+)\)=\s*$")
 HEADING = re.compile(r"^(?P<hashes>#{1,6}) \S")
+DEEPER_START = re.compile(r"^:::\{going-deeper-start\}\s*(?P<title>.*)$")
+DEEPER_END = re.compile(r"^:::\{going-deeper-end\}")
+BOX = 7  # a box's "level": below every heading, closed by its end marker
 REF = re.compile(r"\{ref\}`(?:[^`<]*<(?P<target>[^>`]+)>|(?P<bare>[^`<>]+))`")
 CHECK = re.compile(r"^\s*assert\b|assert_close\(", re.M)
 
@@ -64,13 +71,19 @@ def sections_of(path: Path) -> list[Section]:
     nb = nbformat.read(path, as_version=4)
     found: list[tuple[Section, int]] = []  # (section, its heading level)
     open_sections: list[tuple[Section, int]] = []
+    box_title: str | None = None  # inside a Going deeper box: its title
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             pending: list[str] = []
             for line in cell.source.splitlines():
                 label = LABEL.match(line)
                 heading = HEADING.match(line)
-                if label:
+                if DEEPER_START.match(line):
+                    box_title = DEEPER_START.match(line)["title"].strip()
+                elif DEEPER_END.match(line):
+                    box_title = None
+                    open_sections = [(s, lv) for s, lv in open_sections if lv < BOX]
+                elif label:
                     pending.append(label["label"])
                 elif heading:
                     level = len(heading["hashes"])
@@ -81,6 +94,11 @@ def sections_of(path: Path) -> list[Section]:
                         open_sections.append((section, level))
                     pending = []
                 elif line.strip():
+                    if box_title is not None:
+                        for name in pending:
+                            section = Section(name, path, box_title)
+                            found.append((section, BOX))
+                            open_sections.append((section, BOX))
                     pending = []
         elif _cell_counts_as_check(cell):
             for section, _ in open_sections:

@@ -113,6 +113,27 @@ def test_several_labels_may_name_one_heading(tmp_path):
     assert book.sections["first"].checks == book.sections["second"].checks == 1
 
 
+def test_a_label_inside_a_going_deeper_box_names_the_box(tmp_path):
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    path = _notebook(
+        tmp_path,
+        [
+            md("(outer)=\n## Outer\n"),
+            md(":::{going-deeper-start} a sweep\n:::"),
+            md("(boxed)=\nThe sweep, over every case:\n"),
+            code("assert True  # inside the box: counts for both"),
+            md(":::{going-deeper-end}\n:::"),
+            code("assert True  # after the box: counts for 'outer' only"),
+            md("(stray)=\nA label on a paragraph outside a box names nothing.\n"),
+        ],
+    )
+    book = claims.read_book([path])
+    assert book.sections["boxed"].title == "a sweep"
+    assert book.sections["boxed"].checks == 1
+    assert book.sections["outer"].checks == 2
+    assert "stray" not in book.sections
+
+
 def test_the_cheatsheet_check_catches_each_kind_of_broken_line(tmp_path):
     md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
     path = _notebook(
