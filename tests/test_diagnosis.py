@@ -1407,3 +1407,60 @@ def test_a_leaf_scaled_at_creation_gets_the_make_it_last_fix_first():
     w = torch.randn(3, requires_grad=True) * 0.01  # the classic init bug
     fix = gp.why_no_grad((w * X).sum(), w).sentence.split(": ", 1)[1]
     assert fix.startswith("if w is meant to be trained, create it as a leaf")
+
+
+# --- the advice for three mistakes a training step makes ---------------------------
+
+
+def _linear_step(model, inputs=None):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        model(torch.ones(2, 3) if inputs is None else inputs).sum().backward()
+        optimizer.step()
+    return step
+
+
+def test_a_requires_grad_attribute_on_a_module_is_named_as_freezing_nothing():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    model[0].requires_grad = False  # the mistake: an attribute, not requires_grad_()
+    step = _linear_step(model)
+    assert step.problems == {}  # every parameter trains, as PyTorch does
+    assert [n for n in step.notes if "model[0].requires_grad_(False)" in n]
+    model[0].requires_grad_(False)
+    del model[0].requires_grad
+    assert not [n for n in _linear_step(model).notes if "plain attribute" in n]
+
+
+def test_grad_mode_left_off_before_the_step_is_named():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    torch.set_grad_enabled(False)  # the mistake: a bare call, not a with statement
+    try:
+        with pytest.raises(RuntimeError, match="element 0 of tensors does not require grad"):
+            with gp.diagnose_step(model, show=False) as step:
+                model(torch.ones(2, 3)).sum().backward()
+    finally:
+        torch.set_grad_enabled(True)
+    assert [n for n in step.notes if "already off when the block began" in n]
+    assert not [n for n in _linear_step(model).notes if "already off" in n]
+
+
+def test_grad_mode_note_is_there_when_it_is_off():
+    assert "set_grad_enabled(False)" in diagnosis.step._grad_mode_note(False)[0]
+    assert diagnosis.step._grad_mode_note(True) == ()
+
+
+@pytest.mark.parametrize(
+    "name, container",
+    [
+        ("layers[0]", "nn.ParameterList"),
+        ("blocks[1].weight", "nn.ModuleList"),
+        ("w", "nn.Parameter"),
+    ],
+)
+def test_an_unregistered_tensor_gets_the_container_that_registers_it(name, container):
+    from gradstop.diagnosis.sentences import _unregistered_fix
+
+    assert container in _unregistered_fix(name)

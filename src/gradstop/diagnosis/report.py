@@ -218,7 +218,7 @@ def report(loss, loss_name, model, optimizer, recording, caller=None) -> GradRep
         flag = None if registered or stepped else False
         found = diagnose(loss, tensor, recording, (name, loss_name), modules, flag)
         rows.append(ParameterRow(name, found.reached, stepped, found, registered))
-    return GradReport(tuple(rows), module_notes(model, recording))
+    return GradReport(tuple(rows), module_notes(model, recording) + attribute_notes(model))
 
 
 def module_notes(model, recording) -> tuple[str, ...]:
@@ -239,5 +239,25 @@ def module_notes(model, recording) -> tuple[str, ...]:
                 f"{name or 'the model'} has backward hooks, and its parameters were used, but "
                 f"it was not called as {name or 'model'}(...): a call of its .forward() "
                 "skips every module hook"
+            )
+    return tuple(notes)
+
+
+def attribute_notes(model) -> tuple[str, ...]:
+    """``module.requires_grad = False``: a plain attribute that PyTorch never reads."""
+    if model is None:
+        return ()
+    notes = []
+    for name, module in model.named_modules():
+        value = vars(module).get("requires_grad")
+        if isinstance(value, bool):
+            who = "model" + "".join(
+                f"[{part}]" if part.isdigit() else f".{part}" for part in name.split(".") if part
+            )
+            notes.append(
+                f"{who}.requires_grad = {value} set a plain attribute of the module, which "
+                "PyTorch never reads: it changes no parameter's requires_grad (each still "
+                "trains as before). To freeze or unfreeze the module's parameters, call "
+                f"{who}.requires_grad_({value}) (with the underscore)"
             )
     return tuple(notes)

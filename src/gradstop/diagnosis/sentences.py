@@ -7,6 +7,8 @@ hooks on the way, the other uses of the tensor, the backward call that ran.
 
 from __future__ import annotations
 
+import re
+
 from .facts import Facts
 from .recorded import Cut
 from .rules import Reason
@@ -34,8 +36,8 @@ SENTENCES = {
     "tensor attribute that is not an nn.Parameter, or a global the forward pass reads): "
     "model.parameters() does not list it, so "
     "an optimizer built from it never changes {tensor}, and state_dict(), .to() and "
-    "zero_grad() miss it. Wrap layers in nn.ModuleList or nn.ModuleDict and tensors in "
-    "nn.Parameter (if it is an input whose gradient you want, this is fine).",
+    "zero_grad() miss it. {unregistered_fix} (if it is an input whose gradient you want, "
+    "this is fine).",
     Reason.NON_LEAF: "{tensor} is not a leaf (grad_fn={grad_fn}{behind}), so backward() "
     "passes its gradient on without keeping it: {non_leaf_fix}.",
     Reason.NOT_FLOAT: "{tensor} has dtype {dtype}, and only floating-point and complex "
@@ -195,7 +197,23 @@ def _fields(f: Facts) -> dict[str, str]:
         "passes": _passes_text(f),
         "fresh": " and ".join(f.fresh_of),
         "left_fix": _left_fix(f),
+        "unregistered_fix": _unregistered_fix(f.tensor),
     }
+
+
+def _unregistered_fix(name: str) -> str:
+    """The container that registers it, read from its name: layers[0].weight, ws[1], w."""
+    if re.search(r"[\]]\.", name):  # a parameter of a layer kept in a list or dict
+        return "Keep the layers in nn.ModuleList (a dict of them: nn.ModuleDict)"
+    if "[" in name:  # the tensor itself is an item of a list or dict
+        return (
+            "Keep the tensors in nn.ParameterList (a dict of them: nn.ParameterDict); it "
+            "makes each an nn.Parameter"
+        )
+    return (
+        "Assign it as an nn.Parameter attribute of the module (self.w = nn.Parameter(...)); "
+        "a tensor that is not trained but should move with the model: register_buffer"
+    )
 
 
 def _left_fix(f: Facts) -> str:

@@ -28,7 +28,7 @@ from . import names as naming
 from . import recorded, recorder
 from .errors import explain
 from .recorder import passes
-from .report import Diagnosis, diagnose, module_notes
+from .report import Diagnosis, attribute_notes, diagnose, module_notes
 from .rules import Reason
 
 
@@ -87,6 +87,7 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
     _check(model, optimizer, tensors)
     found, caller, recording = StepReport(), sys._getframe(2), Recording()
     watch = _Watch(model, optimizer, tensors or {}, caller, recording)
+    watch.grad_mode_at_start = torch.is_grad_enabled()
     try:
         with _Recorder(recording):
             yield found
@@ -148,6 +149,7 @@ class _Watch:
     def __init__(self, model, optimizer, tensors, caller, recording):
         self.model, self.optimizer, self.tensors = model, optimizer, tensors
         self.recording = recording
+        self.grad_mode_at_start = True
         self.candidates = _candidates(model, optimizer, tensors, caller)
         self.before = {id(t): t.detach().clone() for _, t, _ in self.candidates}
         self.at_step: dict[int, str] = {}
@@ -273,7 +275,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes = module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
-    found.notes += _eval_note(model, rows)
+    found.notes += _eval_note(model, rows) + attribute_notes(model)
+    found.notes += _grad_mode_note(watch.grad_mode_at_start)
     found.explained = (
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
@@ -375,6 +378,20 @@ def _eval_note(model, rows) -> tuple[str, ...]:
                 "of the optimizer)"
             )
     return tuple(found)
+
+
+def _grad_mode_note(enabled_at_start: bool) -> tuple[str, ...]:
+    """Gradient recording was already off when the block began."""
+    if enabled_at_start:
+        return ()
+    return (
+        "gradient recording was already off when the block began "
+        "(torch.is_grad_enabled() was False): something before it switched it off for "
+        "the whole thread and did not switch it back, most often torch.set_grad_enabled"
+        "(False) called on its own line (not in a with statement), for instance in an "
+        "evaluation function. Write `with torch.no_grad():` around the evaluation instead "
+        "(or call torch.set_grad_enabled(True) after it)",
+    )
 
 
 def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnosis | None:
