@@ -72,6 +72,13 @@ def picture_problems(page) -> list[str]:
         if not picture.is_visible():
             problems.append(f"{alt[:50]!r}: not shown on the page, so not checked")
             continue
+        # decoded is not painted: a big picture scrolled into view is rasterised a frame
+        # or two later, and a screenshot before that shows the dark page behind it
+        picture.scroll_into_view_if_needed()
+        picture.evaluate("img => img.decode()")
+        page.evaluate(
+            "() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))"
+        )
         shot = Image.open(io.BytesIO(picture.screenshot())).convert("RGB")
         ground, ink = ground_and_ink(shot)
         contrast = (ground + 0.05) / (ink + 0.05)
