@@ -78,8 +78,8 @@ def sections_of(path: Path) -> list[Section]:
             for line in cell.source.splitlines():
                 label = LABEL.match(line)
                 heading = HEADING.match(line)
-                if DEEPER_START.match(line):
-                    box_title = DEEPER_START.match(line)["title"].strip()
+                if start := DEEPER_START.match(line):
+                    box_title = start["title"].strip()
                 elif DEEPER_END.match(line):
                     box_title = None
                     open_sections = [(s, lv) for s, lv in open_sections if lv < BOX]

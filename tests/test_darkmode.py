@@ -62,6 +62,10 @@ def ground_and_ink(image: Image.Image) -> tuple[float, float]:
     return luminance(ground), ink
 
 
+def too_dark(ground: float, contrast: float) -> bool:
+    return ground < 0.5 or contrast < MIN_CONTRAST
+
+
 def picture_problems(page) -> list[str]:
     """Each picture, screenshotted on its own, checked for a light ground and dark enough
     ink. One screenshot per picture, not crops of a full-page one: Chromium leaves a
@@ -84,9 +88,9 @@ def picture_problems(page) -> list[str]:
             shot = Image.open(io.BytesIO(picture.screenshot())).convert("RGB")
             ground, ink = ground_and_ink(shot)
             contrast = (ground + 0.05) / (ink + 0.05)
-            if ground >= 0.5 and contrast >= MIN_CONTRAST:
+            if not too_dark(ground, contrast):
                 break
-        if ground < 0.5 or contrast < MIN_CONTRAST:
+        if too_dark(ground, contrast):
             problems.append(f"{alt[:50]!r}: ground {ground:.2f}, ink contrast {contrast:.1f}:1")
     return problems
 

@@ -87,7 +87,6 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
     _check(model, optimizer, tensors)
     found, caller, recording = StepReport(), sys._getframe(2), Recording()
     watch = _Watch(model, optimizer, tensors or {}, caller, recording)
-    watch.grad_mode_at_start = torch.is_grad_enabled()
     try:
         with _Recorder(recording):
             yield found
@@ -149,7 +148,7 @@ class _Watch:
     def __init__(self, model, optimizer, tensors, caller, recording):
         self.model, self.optimizer, self.tensors = model, optimizer, tensors
         self.recording = recording
-        self.grad_mode_at_start = True
+        self.grad_mode_at_start = torch.is_grad_enabled()  # a bare set_grad_enabled(False)
         self.candidates = _candidates(model, optimizer, tensors, caller)
         self.before = {id(t): t.detach().clone() for _, t, _ in self.candidates}
         self.at_step: dict[int, str] = {}
