@@ -1464,3 +1464,110 @@ def test_an_unregistered_tensor_gets_the_container_that_registers_it(name, conta
     from gradstop.diagnosis.sentences import _unregistered_fix
 
     assert container in _unregistered_fix(name)
+
+
+def _half_frozen():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 1))
+    model[0].requires_grad_(False)
+    return model
+
+
+def test_a_frozen_layer_is_its_own_line_not_a_problem():
+    model = _half_frozen()
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    with gp.diagnose_step(model, opt, show=False) as step:
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+    assert step.problems == {}
+    text = str(step)
+    assert "Frozen (requires_grad=False" in text and "0.weight,\n  0.bias" in text
+    assert "changed it): 2.weight, 2.bias" in text
+
+
+def test_a_frozen_parameter_is_marked_frozen_in_grad_report():
+    model = _half_frozen()
+    loss = model(torch.ones(2, 3)).sum()
+    loss.backward()
+    found = gp.grad_report(loss, model)
+    frozen = {r.name for r in found.rows if r.frozen}
+    assert frozen == {"0.weight", "0.bias"}
+    assert "0.weight: frozen, NO_REQUIRES_GRAD" in repr(found)
+
+
+def test_a_tensor_that_is_not_a_parameter_is_not_called_frozen():
+    # a plain tensor without requires_grad is a mistake to report, not a frozen layer
+    w = torch.ones(3)
+    with gp.diagnose_step(tensors={"w": w}, show=False) as step:
+        loss = (w * 2).sum() + torch.ones(1, requires_grad=True).sum()
+        loss.backward()
+    assert "w" in step.problems and "Frozen" not in str(step)
+
+
+class _SwishIgnoringGradOutput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * torch.sigmoid(x)
+
+    @staticmethod
+    def backward(ctx, grad_output):  # the bug: grad_output is never used
+        (x,) = ctx.saved_tensors
+        s = torch.sigmoid(x)
+        return s * (1 + x * (1 - s))
+
+
+def test_a_custom_function_on_the_path_gets_the_gradcheck_note():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 3)
+    with gp.diagnose_step(model, show=False) as step:
+        (_SwishIgnoringGradOutput.apply(model(torch.ones(2, 3))) * 5).sum().backward()
+    notes = [n for n in step.notes if "custom autograd Function _SwishIgnoringGradOutput" in n]
+    assert notes and "torch.autograd.gradcheck(_SwishIgnoringGradOutput.apply" in notes[0]
+    # what the note says: the wrong formula raised nothing, and gradcheck finds it
+    x = torch.randn(4, dtype=torch.double, requires_grad=True)
+    from torch.autograd.gradcheck import GradcheckError
+
+    with pytest.raises(GradcheckError):
+        torch.autograd.gradcheck(_SwishIgnoringGradOutput.apply, (x,))
+
+    # and a gradient of the wrong shape is refused: the one check autograd makes
+    class WrongShape(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return grad_output[:1]
+
+    with pytest.raises(RuntimeError, match="returned an invalid gradient at index 0"):
+        WrongShape.apply(torch.ones(3, requires_grad=True)).sum().backward()
+    assert not [n for n in _linear_step(nn.Linear(3, 1)).notes if "custom autograd" in n]
+
+
+def test_a_nan_gradient_from_a_finite_loss_gets_the_where_note():
+    torch.manual_seed(0)
+    model = nn.Linear(3, 3)
+
+    def distances(e, safe):
+        sq = ((e[:, None, :] - e[None, :, :]) ** 2).sum(-1)
+        if safe:  # the input made safe before sqrt
+            return torch.where(sq > 0, torch.sqrt(torch.where(sq > 0, sq, 1.0)), 0.0)
+        return torch.where(sq > 0, torch.sqrt(sq), torch.zeros_like(sq))
+
+    said_by = {}
+    for safe in (False, True):
+        model.zero_grad()
+        with gp.diagnose_step(model, show=False) as step:
+            loss = distances(model(torch.randn(4, 3)), safe).mean()
+            loss.backward()
+        assert torch.isfinite(loss)
+        nan = not torch.isfinite(model.weight.grad).all()
+        assert nan is not safe  # the unsafe form gives NaN, the safe one does not
+        said_by[safe] = [n for n in step.notes if ".grad holds NaN or inf" in n]
+        assert step.problems == {}  # the verdicts stay: the gradient did arrive
+    assert said_by[True] == [] and len(said_by[False]) == 1
+    assert "set_detect_anomaly(True)" in said_by[False][0]
+    assert "f(torch.where(cond, x, safe))" in said_by[False][0]

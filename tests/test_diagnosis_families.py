@@ -131,6 +131,45 @@ def test_a_cut_beside_a_kept_path_is_partial_and_the_gradient_is_wrong(case):
     assert "(and is cut on another path)" in " ".join(found.uses) or "came back" in found.sentence
 
 
+class _Swish(torch.autograd.Function):  # a right custom Function: its backward decides
+    @staticmethod
+    def forward(ctx, h):
+        ctx.save_for_backward(h)
+        return h * torch.sigmoid(h)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (h,) = ctx.saved_tensors
+        s = torch.sigmoid(h)
+        return grad_out * s * (1 + h * (1 - s))
+
+
+# Calls that make something off the graph beside a result that keeps it: none of them
+# loses a part of the gradient (the tool called each of them PARTIAL before).
+NOT_CUTS = {
+    "max(dim): values kept, indices": lambda h: h.max(dim=1, keepdim=True).values * h,
+    "sort: values kept, indices": lambda h: h.sort(dim=1).values + h,
+    "topk: values kept, indices": lambda h: h.topk(2, dim=1).values.sum() * h,
+    "where(h > 0, h, zeros_like(h))": lambda h: torch.where(h > 0, h, torch.zeros_like(h)),
+    "masked_fill by a comparison": lambda h: h.masked_fill(h < 0, 0.0) * h,
+    "a mask (h > 0).float()": lambda h: h * (h > 0).float(),
+    "gather at argmax": lambda h: h.gather(1, h.argmax(dim=1, keepdim=True)) * h,
+    "full_like and new_ones": lambda h: h + torch.full_like(h, 2.0) * h.new_ones(h.shape),
+    "a right custom Function": lambda h: _Swish.apply(h),
+}
+
+
+@pytest.mark.parametrize("case", NOT_CUTS, ids=list(NOT_CUTS))
+def test_an_off_graph_result_beside_a_kept_one_is_not_partial(case):
+    w = leaf()
+    with gp.record() as rec:
+        loss = NOT_CUTS[case](w * X).sum()
+    loss.backward()
+    assert w.grad is not None and torch.isfinite(w.grad).all()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert found.reason is Reason.OK, found
+
+
 def test_paths_that_are_all_kept_are_ok():
     w = leaf()
     with gp.record() as rec:

@@ -20,7 +20,7 @@ the output and reports, as plain data (a ``Trace``):
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -31,6 +31,16 @@ from . import recorder
 COPY_OPS = frozenset({"tensor", "as_tensor", "asarray", "new_tensor", "new leaf"})
 # Operations that make a tensor from data outside PyTorch (a NumPy array, numbers).
 FROM_DATA = recorder.FROM_DATA
+# Operations that read only their input's shape, dtype and device: a result made by one
+# never carried the input's gradient, so nothing of it is lost there.
+SHAPE_ONLY = frozenset(
+    {"zeros_like", "ones_like", "empty_like", "full_like", "rand_like", "randn_like"}
+    | {"randint_like", "new_zeros", "new_ones", "new_empty", "new_full"}
+)
+# Cuts that never drop a part of a gradient that reaches the tensor another way: an
+# integer or bool result (an index, a comparison for where() or masked_fill) has no
+# gradient to lose, and inside a custom Function's forward its backward decides.
+NOT_LOST = frozenset({"integer result", "custom Function"})
 # The legacy constructors, which the recorder does not see: only the float() they call.
 LEGACY = re.compile(r"`(?:[\w.]*\.)?((?:Float|Double|Half|BFloat16|Long|Int)?Tensor)\(")
 
@@ -50,6 +60,8 @@ class Cut:
     # Its result got a graph afterwards, from the custom Function it ran in: the
     # Function's backward sends gradient to the Function's inputs (only).
     connected_later: bool = False
+    # The states it made off the graph (max(dim)'s indices, not its values).
+    made: tuple[int, ...] = field(default=(), compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -120,19 +132,20 @@ def cut_of(recording: Recording, call, near: set[int]) -> Cut | None:
     taken = [states[i] for i in indices if _connected(states[i])]
     mine = {id(s.tensor) for s in taken}
     made = [
-        states[i]
+        i
         for i in call.outputs
         if not _connected(states[i])
         or (states[i].grad_fn is None and id(states[i].tensor) not in mine)
     ]
     if not made or not taken:
         return None
-    out, kind = made[0], _kind(call, made[0])
+    out = states[made[0]]
+    kind = _kind(call, out)
     mode = ("inference_mode()" if call.inference else "no_grad()") if kind == "no_grad" else ""
     source, result = name_of(recording, taken[0].tensor), name_of(recording, out.tensor)
     op, later = op_text(call.name), out.tensor.grad_fn is not None
     dtype = str(out.tensor.dtype)
-    return Cut(op, kind, source, result, dtype, mode, call.where, call.region, later)
+    return Cut(op, kind, source, result, dtype, mode, call.where, call.region, later, tuple(made))
 
 
 def op_text(name: str) -> str:
@@ -243,12 +256,21 @@ def _fills(passes, tensor) -> bool | None:
 
 
 def _lost(g: Links) -> tuple[Cut, ...]:
-    """Cuts whose input still carries the tensor's gradient, and whose result reaches the output."""
+    """Cuts whose input still carries the tensor's gradient, and whose result reaches the output.
+
+    The result is what the cut made off the graph, not a sibling output that kept it
+    (``max(dim)``'s values); and only a cut that drops a gradient counts (not
+    ``NOT_LOST`` kinds, nor a ``SHAPE_ONLY`` constructor such as ``zeros_like``).
+    """
     connected = g.reach(g.mine)
     return tuple(
         cut
         for c, cut in g.cuts
-        if connected & set(c.inputs) and g.behind & set(c.outputs) and not cut.connected_later
+        if connected & set(c.inputs)
+        and g.behind & set(cut.made or c.outputs)
+        and not cut.connected_later
+        and cut.kind not in NOT_LOST
+        and c.name.split(".")[0] not in SHAPE_ONLY
     )
 
 

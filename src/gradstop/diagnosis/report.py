@@ -116,6 +116,7 @@ class ParameterRow:
     stepped: bool | None  # is it in the optimizer? (None: no optimizer given)
     diagnosis: Diagnosis
     registered: bool = True  # a registered parameter of the model (not a loose tensor)
+    frozen: bool = False  # a parameter frozen with requires_grad_(False): no gradient, as meant
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,11 @@ class GradReport:
         return frozenset(r.name for r in self.rows if not r.registered)
 
     def _notes(self, row: ParameterRow) -> str:
+        if row.frozen:
+            return (
+                "frozen (requires_grad=False): no gradient, as a frozen layer should have; "
+                "to train it, call requires_grad_() on it before the forward pass"
+            )
         if not row.reached or row.diagnosis.reason not in (Reason.OK, Reason.NOT_YET):
             return row.diagnosis.sentence
         if row.stepped is False:
@@ -154,7 +160,7 @@ class GradReport:
     def __repr__(self) -> str:
         lines, said = [], {}  # a sentence said for one row is not repeated for the next
         for row in self.rows:
-            mark = "reached" if row.reached else "NOT reached"
+            mark = "reached" if row.reached else "frozen" if row.frozen else "NOT reached"
             lines.append(f"{row.name}: {mark}, {row.diagnosis.reason.name}")
             if note := self._notes(row):
                 key = note.replace(row.name, "{}")
@@ -217,7 +223,13 @@ def report(loss, loss_name, model, optimizer, recording, caller=None) -> GradRep
         stepped = None if held is None else id(tensor) in held
         flag = None if registered or stepped else False
         found = diagnose(loss, tensor, recording, (name, loss_name), modules, flag)
-        rows.append(ParameterRow(name, found.reached, stepped, found, registered))
+        frozen = (
+            registered
+            and found.reason is Reason.NO_REQUIRES_GRAD
+            and isinstance(tensor, torch.nn.Parameter)
+            and tensor.is_leaf
+        )
+        rows.append(ParameterRow(name, found.reached, stepped, found, registered, frozen))
     return GradReport(tuple(rows), module_notes(model, recording) + attribute_notes(model))
 
 

@@ -268,6 +268,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         changed = None if not watch.steps or before is None else not torch.equal(before, tensor)
         row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
         verdict, problem = _assess(row, watch)
+        if _frozen(tensor, diagnosis, changed):
+            verdict, problem = FROZEN, ""
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
@@ -276,6 +278,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model)
     found.notes += _grad_mode_note(watch.grad_mode_at_start)
+    found.notes += _non_finite_note(watch, losses) + _custom_function_note(watch, recording)
     found.explained = (
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
@@ -337,6 +340,57 @@ def _unmoved_note(watch: _Watch, rows, recording: Recording) -> tuple[str, ...]:
         "model.parameters():` it rebinds only the loop variable). Update each parameter "
         "in place, `with torch.no_grad(): p -= lr * p.grad` (or p.sub_(lr * p.grad)), then "
         "p.grad = None; or use an optimizer",
+    )
+
+
+def _non_finite_note(watch: _Watch, losses) -> tuple[str, ...]:
+    """A .grad that holds NaN or inf after a backward() from a finite loss."""
+    if not watch.backward_passes():
+        return ()
+    finite_losses = all(bool(torch.isfinite(t.detach()).all()) for t in losses)
+    bad = [
+        name
+        for name, tensor, _ in watch.candidates
+        if tensor.grad is not None and not bool(torch.isfinite(tensor.grad).all())
+    ]
+    if not bad or not finite_losses:
+        return ()
+    return (
+        f"{', '.join(bad)}: .grad holds NaN or inf, although the loss is finite, so a "
+        "backward function made it. Run the step once under "
+        "torch.autograd.set_detect_anomaly(True): it names the operation whose backward "
+        "first returned NaN. A common cause is torch.where(cond, f(x), other) with f "
+        "infinitely steep where cond is False (sqrt or log at 0): where() sends that "
+        "branch a zero gradient, and zero times inf is NaN. Make the input safe before f, "
+        "f(torch.where(cond, x, safe)), not only its output",
+    )
+
+
+# Regions that are not a custom Function the reader wrote.
+_NOT_WRITTEN = ("CheckpointFunction", recorder.STEP)
+
+
+def _custom_function_note(watch: _Watch, recording: Recording) -> tuple[str, ...]:
+    """A backward() ran through a custom autograd Function: its backward() is unchecked."""
+    if not watch.backward_passes():
+        return ()
+    written = sorted(
+        {
+            c.region
+            for c in recording.calls
+            if c.region and c.region not in _NOT_WRITTEN and not c.region.startswith("Compiled")
+        }
+    )
+    if not written:
+        return ()
+    name = written[0]
+    return (
+        f"the gradient passes through the custom autograd Function{'s' * (len(written) > 1)} "
+        f"{', '.join(written)}, whose backward() is your code: autograd uses what it returns "
+        "and checks its shape, dtype and device, not its values, so a wrong formula (one "
+        "that ignores grad_output, say) raises nothing. Compare it with finite differences: "
+        f"torch.autograd.gradcheck({name}.apply, (x.double().requires_grad_(),)) on a small "
+        "input x",
     )
 
 
@@ -405,6 +459,21 @@ def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnos
 def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
     groups = watch.optimizer.param_groups if watch.optimizer is not None else []
     return any(g.get("lr") == 0 and any(id(p) == tensor_id for p in g["params"]) for g in groups)
+
+
+# A parameter frozen on purpose (requires_grad_(False), a leaf the step left alone) is
+# not a problem to fix: it is reported on a line of its own, with the way to unfreeze.
+FROZEN = "frozen: requires_grad is False"
+
+
+def _frozen(tensor, diagnosis: Diagnosis | None, changed: bool | None) -> bool:
+    return (
+        diagnosis is not None
+        and diagnosis.reason is Reason.NO_REQUIRES_GRAD
+        and isinstance(tensor, torch.nn.Parameter)
+        and tensor.is_leaf
+        and not changed
+    )
 
 
 def _assess(row: StepRow, watch: _Watch) -> tuple[str, str]:
@@ -489,12 +558,27 @@ def _lines(report: StepReport) -> list[str]:
         stop = "" if said.endswith((".", "!", "?")) else "."
         said += f"{stop} What it means: {report.explained}." if report.explained else ""
         lines.append(textwrap.fill(said, 78, subsequent_indent="  "))
-    fine = [r.name for r in report.rows if r.diagnosis is not None and not r.problem]
+    frozen = [r.name for r in report.rows if r.verdict == FROZEN]
+    fine = [
+        r.name
+        for r in report.rows
+        if r.diagnosis is not None and not r.problem and r.verdict != FROZEN
+    ]
     if fine:
         moved = ", and optimizer.step() changed it" if report.steps else ""
         lines.append(
             textwrap.fill(
                 f"Fine (the gradient arrived{moved}): " + ", ".join(fine),
+                78,
+                subsequent_indent="  ",
+            )
+        )
+    if frozen:
+        lines.append(
+            textwrap.fill(
+                "Frozen (requires_grad=False, so no gradient, as a frozen layer should be; "
+                "to train one, call requires_grad_() on it before the forward pass): "
+                + ", ".join(frozen),
                 78,
                 subsequent_indent="  ",
             )
