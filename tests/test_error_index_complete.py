@@ -96,6 +96,25 @@ def test_shown_in_links_every_section_that_shows_it(built_book, book_errors):
     assert sorted(set(missing)) == []
 
 
+def test_shown_in_link_texts_are_plain_words(built_book):
+    # A section title is shown as the reader sees it: no Markdown marks, no “"doubled"”.
+    page = nbcheck.built_page(built_book, "book/errors")
+    texts = [a.get_text() for dd in page.select("dd") for a in dd.select("a")]
+    assert any("‘My hook does nothing’" in text for text in texts), "the checklist's link"
+    marked = [t for t in texts if "*" in t or "`" in t or '“"' in t or '"”' in t]
+    assert marked == []
+
+
+def test_shown_title_drops_marks_and_nests_quotes():
+    assert ei.shown_title("Where *not* to stop: the `grad` **penalty**") == (
+        "Where not to stop: the grad penalty"
+    )
+    assert ei.shown_title('"My hook does nothing": a checklist') == (
+        "‘My hook does nothing’: a checklist"
+    )
+    assert ei.shown_title("x * 3 and 2 * y") == "x * 3 and 2 * y"  # a product is kept
+
+
 def page_titles(soup) -> list[str]:
     article = soup.select_one("article.bd-article")
     titles = []

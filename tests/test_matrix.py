@@ -76,6 +76,15 @@ def test_intro_line_lists_versions_from_the_matrix_result(tmp_path):
     assert "chapters changed since: 02-detach)" in line
     assert line.startswith(f"{ours} and torch 2.14.1 for an earlier version of the book (")
 
+    # every chapter changed, or the helper code: the old run covers no page built now
+    result.write_text(json.dumps(result_with(matched_run(inputs, changed=inputs["notebooks"]))))
+    assert build_stamp.verified_with(ROOT, result).endswith("; so it covers no page built now).")
+    helpers_moved = result_with(matched_run(inputs))
+    helpers_moved["helpers"] = "an older hash"
+    result.write_text(json.dumps(helpers_moved))
+    line = build_stamp.verified_with(ROOT, result)
+    assert line.endswith("the helper code changed since; so it covers no page built now).")
+
     mismatch = matched_run(inputs)
     mismatch["matched"] = False
     mismatch["chapters"][edited]["differences"] = [{"cell": 5, "first_line": "x", "diff": ""}]

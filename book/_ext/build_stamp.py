@@ -60,8 +60,12 @@ def verified_with(root: Path, result_file: Path | None = None) -> str:
             since = []
             if changed:
                 since.append(f"chapters changed since: {', '.join(changed)}")
-            if result.get("helpers") != now["helpers"]:
+            helpers_changed = result.get("helpers") != now["helpers"]
+            if helpers_changed:
                 since.append("the helper code changed since")
+            if helpers_changed or {Path(name).stem for name in now["notebooks"]} <= set(changed):
+                # said outright, so an old run is not read as verifying today's pages
+                since.append("so it covers no page built now")
             note = f"; {'; '.join(since)}" if since else ""
             # A run of older chapters verified those, not the pages built now.
             which = " for an earlier version of the book" if since else ""

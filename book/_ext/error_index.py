@@ -423,6 +423,13 @@ def _plain(title: str) -> str:
     return title.replace("`", "")
 
 
+def shown_title(title: str) -> str:
+    """A heading as plain text inside the index's “…”: no code ticks, no emphasis marks,
+    and its own "quotes" as the inner ‘quotes’ (not “"doubled"”)."""
+    text = re.sub(r"(\*{1,2})(?=\S)([^*]+?)(?<=\S)\1", r"\2", _plain(title))
+    return re.sub(r'"([^"]*)"', "\u2018\\1\u2019", text)
+
+
 def section_anchor(title: str) -> str:
     return nodes.make_id(_plain(title))
 
@@ -520,7 +527,7 @@ class ErrorIndex(Directive):
             uri = env.app.builder.get_relative_uri(env.docname, docname)
             links += nodes.reference(
                 "",
-                f"{_plain(chapter)}, “{_plain(title)}”",
+                f"{shown_title(chapter)}, “{shown_title(title)}”",
                 refuri=f"{uri}#{section_anchor(title)}",
                 internal=True,
             )
