@@ -1571,3 +1571,18 @@ def test_a_nan_gradient_from_a_finite_loss_gets_the_where_note():
     assert said_by[True] == [] and len(said_by[False]) == 1
     assert "set_detect_anomaly(True)" in said_by[False][0]
     assert "f(torch.where(cond, x, safe))" in said_by[False][0]
+
+
+def test_a_penalty_autograd_grad_in_the_step_is_not_taken_for_the_loss():
+    # bug set 5: the report read the penalty's autograd.grad() as a backward that fills
+    # no .grad (NOT_ACCUMULATED, false); the backward() that ran is the loss
+    torch.manual_seed(0)
+    critic = nn.Sequential(nn.Linear(2, 8), nn.Tanh(), nn.Linear(8, 1))
+    points = torch.randn(6, 2).requires_grad_(True)
+    with gp.diagnose_step(critic, show=False) as step:
+        (slopes,) = torch.autograd.grad(critic(points).sum(), points)  # no create_graph
+        loss = critic(points).mean() + ((slopes.norm(dim=1) - 1) ** 2).mean()
+        loss.backward()
+    assert step.losses == ("loss",)
+    assert set(step.reasons.values()) == {diagnosis.Reason.PARTIAL}
+    assert "pass create_graph=True to torch.autograd.grad" in step.problems["0.weight"]

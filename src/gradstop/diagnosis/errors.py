@@ -18,10 +18,12 @@ EXPLAINED = {
     "Trying to backward through the graph a second time": "an earlier backward() freed the "
     "values this graph saved for its gradient. Compute the forward pass again each step, "
     "and detach what is carried from one step to the next (an RNN's hidden state, "
-    "h = h.detach(); a GAN's fake batch in the discriminator's step, D(fake.detach())). "
-    "retain_graph=True keeps those values, but a second backward then reuses what was "
-    "saved for the old weights: after an optimizer.step() it raises 'modified by an "
-    "inplace operation', or quietly gives the old forward pass's gradient",
+    "h = h.detach(), and for an LSTM's (h, c) each of the two, "
+    "tuple(t.detach() for t in hidden); a GAN's fake batch in the discriminator's step, "
+    "D(fake.detach())). retain_graph=True keeps those values, but a second backward then "
+    "reuses what was saved for the old weights: after an optimizer.step() it raises "
+    "'modified by an inplace operation' (after a fused step, fused=True, nothing), or "
+    "quietly gives the old forward pass's gradient",
     "one of the variables needed for gradient computation has been modified by an "
     "inplace operation": "a tensor saved for the gradient was changed in place before "
     "backward() used it. Use the out-of-place form (x = x * 2 instead of x *= 2, "

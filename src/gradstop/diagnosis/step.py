@@ -244,13 +244,25 @@ def _candidates(model, optimizer, tensors, caller) -> list[tuple[str, torch.Tens
     return list(found.values())
 
 
-def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
-    """Diagnose every watched tensor against the losses backward() ran from."""
-    losses = list({id(t): t for p in passes(recording) for t in p.outputs}.values())
-    loss_names = [
+def _losses(recording: Recording, caller) -> tuple[list, list[str]]:
+    """The tensors backward() ran from, and their names.
+
+    An autograd.grad() inside the step (a gradient penalty) is part of the forward
+    pass, not a loss, unless no backward() that fills .grad ran.
+    """
+    ran = passes(recording)
+    filling = [p for p in ran if p.fills] or ran
+    losses = list({id(t): t for p in filling for t in p.outputs}.values())
+    names = [
         recording.names.get(id(t)) or naming.local_name(t, caller.f_locals, {}) or "the loss"
         for t in losses
     ]
+    return losses, names
+
+
+def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
+    """Diagnose every watched tensor against the losses backward() ran from."""
+    losses, loss_names = _losses(recording, caller)
     model = watch.model
     modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
     held, rows = watch.held(), []
@@ -389,8 +401,9 @@ def _custom_function_note(watch: _Watch, recording: Recording) -> tuple[str, ...
         f"{', '.join(written)}, whose backward() is your code: autograd uses what it returns "
         "and checks its shape, dtype and device, not its values, so a wrong formula (one "
         "that ignores grad_output, say) raises nothing. Compare it with finite differences: "
-        f"torch.autograd.gradcheck({name}.apply, (x.double().requires_grad_(),)) on a small "
-        "input x",
+        f"torch.autograd.gradcheck({name}.apply, inputs), inputs being the arguments of "
+        "apply() with each floating-point tensor small, in double precision and requiring "
+        "grad (other arguments as they are)",
     )
 
 
@@ -558,31 +571,7 @@ def _lines(report: StepReport) -> list[str]:
         stop = "" if said.endswith((".", "!", "?")) else "."
         said += f"{stop} What it means: {report.explained}." if report.explained else ""
         lines.append(textwrap.fill(said, 78, subsequent_indent="  "))
-    frozen = [r.name for r in report.rows if r.verdict == FROZEN]
-    fine = [
-        r.name
-        for r in report.rows
-        if r.diagnosis is not None and not r.problem and r.verdict != FROZEN
-    ]
-    if fine:
-        moved = ", and optimizer.step() changed it" if report.steps else ""
-        lines.append(
-            textwrap.fill(
-                f"Fine (the gradient arrived{moved}): " + ", ".join(fine),
-                78,
-                subsequent_indent="  ",
-            )
-        )
-    if frozen:
-        lines.append(
-            textwrap.fill(
-                "Frozen (requires_grad=False, so no gradient, as a frozen layer should be; "
-                "to train one, call requires_grad_() on it before the forward pass): "
-                + ", ".join(frozen),
-                78,
-                subsequent_indent="  ",
-            )
-        )
+    lines += _fine_and_frozen_lines(report)
     for names, row in _grouped([r for r in report.rows if r.problem]):
         lines.append(
             textwrap.fill(f"{', '.join(names)}: {row.verdict}", 78, subsequent_indent="  ")
@@ -595,6 +584,26 @@ def _lines(report: StepReport) -> list[str]:
     if not report.losses:
         lines.append("Put loss.backward() inside the block, so the report knows the loss.")
     return lines
+
+
+def _fine_and_frozen_lines(report: StepReport) -> list[str]:
+    """The rows with nothing to fix: one line for the fine ones, one for the frozen ones."""
+    frozen = [r.name for r in report.rows if r.verdict == FROZEN]
+    fine = [
+        r.name
+        for r in report.rows
+        if r.diagnosis is not None and not r.problem and r.verdict != FROZEN
+    ]
+    said = []
+    if fine:
+        moved = ", and optimizer.step() changed it" if report.steps else ""
+        said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
+    if frozen:
+        said.append(
+            "Frozen (requires_grad=False, so no gradient, as a frozen layer should be; to "
+            "train one, call requires_grad_() on it before the forward pass): " + ", ".join(frozen)
+        )
+    return [textwrap.fill(line, 78, subsequent_indent="  ") for line in said]
 
 
 def _grouped(rows: list[StepRow]) -> list[tuple[list[str], StepRow]]:
