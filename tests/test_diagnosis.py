@@ -1586,3 +1586,21 @@ def test_a_penalty_autograd_grad_in_the_step_is_not_taken_for_the_loss():
     assert step.losses == ("loss",)
     assert set(step.reasons.values()) == {diagnosis.Reason.PARTIAL}
     assert "pass create_graph=True to torch.autograd.grad" in step.problems["0.weight"]
+
+
+def test_a_custom_function_returning_too_few_gradients_is_explained():
+    class Reverse(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, alpha):
+            ctx.alpha = alpha
+            return x.view_as(x)
+
+        @staticmethod
+        def backward(ctx, grad_output):
+            return -ctx.alpha * grad_output  # the bug: no None for alpha
+
+    model = nn.Linear(3, 1)
+    with pytest.raises(RuntimeError, match="returned an incorrect number of gradients"):
+        with gp.diagnose_step(model, show=False) as step:
+            Reverse.apply(model(torch.ones(2, 3)), 0.5).sum().backward()
+    assert "one value per argument its forward() took after ctx" in step.explained

@@ -48,6 +48,13 @@ EXPLAINED = {
     "should train, or use no_grad() and clone() if not",
 }
 _NONE = re.compile(r"'NoneType' object has no attribute|operand type\(s\) for .*'NoneType'")
+# Messages that start with the custom Function's node name: matched anywhere.
+_COUNT = re.compile(r"^function \w+ returned an incorrect number of gradients")
+_COUNT_TEXT = (
+    "a custom autograd Function's backward() must return one value per argument its "
+    "forward() took after ctx, in order: None for an argument that is not a tensor or "
+    "needs no gradient (a gradient reversal's alpha: return -alpha * grad, None)"
+)
 _SAVED = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 
 
@@ -55,6 +62,8 @@ def explain(error: str, recording: Recording, modules: dict) -> str:
     """What ``error`` means and how to fix it ("" for an error this does not know)."""
     if _NONE.search(error):
         return "a .grad was None where a gradient was expected; the rows below say why"
+    if _COUNT.search(error):
+        return _COUNT_TEXT
     for start, text in EXPLAINED.items():
         if error.startswith(start):
             culprit = _in_place_culprit(error, recording, modules) if "inplace" in start else ""
