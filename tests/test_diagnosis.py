@@ -1604,3 +1604,12 @@ def test_a_custom_function_returning_too_few_gradients_is_explained():
         with gp.diagnose_step(model, show=False) as step:
             Reverse.apply(model(torch.ones(2, 3)), 0.5).sum().backward()
     assert "one value per argument its forward() took after ctx" in step.explained
+
+
+def test_an_explained_message_key_may_hold_one_varying_word():
+    from gradstop.diagnosis.errors import _starts
+
+    key = "function … returned an incorrect number of gradients"
+    assert _starts("function ReverseBackward returned an incorrect number of gradients (2)", key)
+    assert not _starts("function My Backward returned an incorrect number of gradients", key)
+    assert _starts("Can't detach views in-place", "Can't detach")  # no "…": a plain start

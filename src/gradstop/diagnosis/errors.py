@@ -43,18 +43,16 @@ EXPLAINED = {
     "Can't call numpy() on Tensor that requires grad": "a NumPy array carries no graph: keep "
     "the computation in torch operations; detach().numpy() is right only where no "
     "gradient is needed",
+    # "…": one word that varies, here the custom Function's backward node
+    "function … returned an incorrect number of gradients": "a custom autograd Function's "
+    "backward() must return one value per argument its forward() took after ctx, in "
+    "order: None for an argument that is not a tensor or needs no gradient (a gradient "
+    "reversal's alpha: return -alpha * grad, None)",
     "Inference tensors cannot be saved for backward": "a value made under inference_mode() "
     "was used where autograd must save it: compute it outside inference_mode() if it "
     "should train, or use no_grad() and clone() if not",
 }
 _NONE = re.compile(r"'NoneType' object has no attribute|operand type\(s\) for .*'NoneType'")
-# Messages that start with the custom Function's node name: matched anywhere.
-_COUNT = re.compile(r"^function \w+ returned an incorrect number of gradients")
-_COUNT_TEXT = (
-    "a custom autograd Function's backward() must return one value per argument its "
-    "forward() took after ctx, in order: None for an argument that is not a tensor or "
-    "needs no gradient (a gradient reversal's alpha: return -alpha * grad, None)"
-)
 _SAVED = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
 
 
@@ -62,13 +60,19 @@ def explain(error: str, recording: Recording, modules: dict) -> str:
     """What ``error`` means and how to fix it ("" for an error this does not know)."""
     if _NONE.search(error):
         return "a .grad was None where a gradient was expected; the rows below say why"
-    if _COUNT.search(error):
-        return _COUNT_TEXT
     for start, text in EXPLAINED.items():
-        if error.startswith(start):
+        if _starts(error, start):
             culprit = _in_place_culprit(error, recording, modules) if "inplace" in start else ""
             return text + culprit
     return ""
+
+
+def _starts(error: str, start: str) -> bool:
+    """Does ``error`` begin with ``start``, "…" in it standing for one word that varies?"""
+    if "…" not in start:
+        return error.startswith(start)
+    pattern = r"\S+".join(re.escape(part) for part in start.split("…"))
+    return re.match(pattern, error) is not None
 
 
 def _in_place_culprit(error: str, recording: Recording, modules: dict) -> str:

@@ -223,14 +223,18 @@ def report(loss, loss_name, model, optimizer, recording, caller=None) -> GradRep
         stepped = None if held is None else id(tensor) in held
         flag = None if registered or stepped else False
         found = diagnose(loss, tensor, recording, (name, loss_name), modules, flag)
-        frozen = (
-            registered
-            and found.reason is Reason.NO_REQUIRES_GRAD
-            and isinstance(tensor, torch.nn.Parameter)
-            and tensor.is_leaf
-        )
+        frozen = registered and frozen_parameter(tensor, found)
         rows.append(ParameterRow(name, found.reached, stepped, found, registered, frozen))
     return GradReport(tuple(rows), module_notes(model, recording) + attribute_notes(model))
+
+
+def frozen_parameter(tensor, found: Diagnosis) -> bool:
+    """A parameter frozen with requires_grad_(False): no gradient, as meant, not a fault."""
+    return (
+        found.reason is Reason.NO_REQUIRES_GRAD
+        and isinstance(tensor, torch.nn.Parameter)
+        and tensor.is_leaf
+    )
 
 
 def module_notes(model, recording) -> tuple[str, ...]:

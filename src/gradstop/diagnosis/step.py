@@ -28,7 +28,7 @@ from . import names as naming
 from . import recorded, recorder
 from .errors import explain
 from .recorder import passes
-from .report import Diagnosis, attribute_notes, diagnose, module_notes
+from .report import Diagnosis, attribute_notes, diagnose, frozen_parameter, module_notes
 from .rules import Reason
 
 
@@ -279,9 +279,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         before = watch.before.get(id(tensor))  # None: first seen in the graph
         changed = None if not watch.steps or before is None else not torch.equal(before, tensor)
         row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
-        verdict, problem = _assess(row, watch)
-        if _frozen(tensor, diagnosis, changed):
-            verdict, problem = FROZEN, ""
+        frozen = diagnosis is not None and not changed and frozen_parameter(tensor, diagnosis)
+        verdict, problem = (FROZEN, "") if frozen else _assess(row, watch)
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
@@ -477,16 +476,6 @@ def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
 # A parameter frozen on purpose (requires_grad_(False), a leaf the step left alone) is
 # not a problem to fix: it is reported on a line of its own, with the way to unfreeze.
 FROZEN = "frozen: requires_grad is False"
-
-
-def _frozen(tensor, diagnosis: Diagnosis | None, changed: bool | None) -> bool:
-    return (
-        diagnosis is not None
-        and diagnosis.reason is Reason.NO_REQUIRES_GRAD
-        and isinstance(tensor, torch.nn.Parameter)
-        and tensor.is_leaf
-        and not changed
-    )
 
 
 def _assess(row: StepRow, watch: _Watch) -> tuple[str, str]:
