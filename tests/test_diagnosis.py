@@ -1613,3 +1613,94 @@ def test_an_explained_message_key_may_hold_one_varying_word():
     assert _starts("function ReverseBackward returned an incorrect number of gradients (2)", key)
     assert not _starts("function My Backward returned an incorrect number of gradients", key)
     assert _starts("Can't detach views in-place", "Can't detach")  # no "…": a plain start
+
+
+# --- bug set 5's open findings (issue 26): each checked against what PyTorch does
+
+
+def test_an_indexed_assignment_into_a_saved_output_is_named_as_the_in_place_change(capsys):
+    torch.manual_seed(0)
+    model = nn.Linear(3, 4)
+    with pytest.raises(RuntimeError, match="output 0 of Sigmoid"):
+        with gp.diagnose_step(model):
+            gate = torch.sigmoid(model(INPUTS))
+            gate[INPUTS[:, :1].expand(-1, 4) > 0] = 0.0  # sigmoid saved its output
+            gate.sum().backward()
+    printed = " ".join(capsys.readouterr().out.split())
+    assert (
+        "was changed by an indexed assignment, x[index] = value, which writes in place" in printed
+    ), printed
+    assert "masked_fill()" in printed and "line" in printed
+    # rows the crashed backward never reached say so, not "read it after a backward()"
+    assert "the block raised (above) before a backward() filled its .grad" in printed
+    # the out-of-place form it names runs
+    gate = torch.sigmoid(model(INPUTS)).masked_fill(INPUTS[:, :1].expand(-1, 4) > 0, 0.0)
+    gate.sum().backward()
+    assert model.weight.grad is not None
+
+
+def test_a_forward_hook_that_returns_a_detached_output_is_named():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
+    kept = {}
+
+    def keep(module, inputs, output):
+        kept["out"] = output.detach()
+        return kept["out"]  # replaces the module's output
+
+    handle = model[0].register_forward_hook(keep)
+    step = _linear_step(model)
+    handle.remove()
+    problem = step.problems["0.weight"]
+    assert step.reasons["0.weight"] is Reason.DETACHED
+    assert "in the forward hook keep(): a forward hook's return value" in problem, problem
+    # what it says: returning nothing leaves the output, and its gradient, alone
+    model[0].register_forward_hook(lambda m, i, o: kept.update(out=o.detach()))
+    model(torch.ones(2, 3)).sum().backward()
+    assert model[0].weight.grad is not None
+
+
+def test_a_non_leaf_weight_in_a_step_gets_the_leaf_fix_and_no_warning(recwarn):
+    w = torch.randn(3, 1, requires_grad=True) * 0.01
+    with gp.diagnose_step(tensors={"w": w}, show=False) as step:
+        (torch.ones(2, 3) @ w).sum().backward()  # frees what MulBackward0 saved
+    problem = step.problems["w"]
+    assert problem.index("if w is meant to be trained") < problem.index("retain_grad()")
+    assert "not a parameter to train" in problem
+    assert not [x for x in recwarn if "not a leaf Tensor is being accessed" in str(x.message)]
+
+
+def test_a_custom_function_heading_covers_only_the_parameters_behind_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 3), nn.Linear(3, 1))
+    with gp.diagnose_step(model, show=False) as step:
+        model[1](_SwishIgnoringGradOutput.apply(model[0](torch.ones(2, 3)))).sum().backward()
+    assert step.behind == {"0.weight", "0.bias"}
+    printed = str(step)
+    assert "A gradient arrived, through _SwishIgnoringGradOutput" in printed
+    assert "Fine (the gradient arrived): 1.weight, 1.bias" in printed
+
+
+def test_a_ddp_model_called_through_module_is_named(tmp_path):
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        model = nn.parallel.DistributedDataParallel(small_model())
+        notes = lambda call: [  # noqa: E731
+            n for n in _ddp_step(model, call).notes if "DistributedDataParallel" in n
+        ]
+        assert notes(model.module) and "ddp_model(x)" in notes(model.module)[0]
+        assert not notes(model)
+    finally:
+        dist.destroy_process_group()
+
+
+def _ddp_step(model, call):
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        call(INPUTS).sum().backward()
+        optimizer.step()
+    return step

@@ -167,6 +167,8 @@ class _Recorder(TorchFunctionMode):
             note(rec, func, args, kwargs or {})
         result = func(*args, **(kwargs or {}))
         outputs, call = _tensors_in(result), None
+        if name == "setitem" and tensors:  # x[mask] = 0 returns None but writes into x
+            outputs = tensors[:1]
         if name is not None and outputs and func not in PASSES:
             made = [rec.new_state(t, made_by=name) for t in outputs]
             call = _Call(name, inputs, made, **mode)

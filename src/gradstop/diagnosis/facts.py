@@ -131,8 +131,8 @@ def _one_leaf(tensor) -> bool:
         return True
     try:  # w * 0.01 saves the number as a 0-dim tensor
         other = getattr(tensor.grad_fn, "_saved_other", None)
-    except RuntimeError:  # freed by a backward() already
-        return False
+    except RuntimeError:  # freed by a backward() already: one leaf and a constant
+        return True
     return isinstance(other, torch.Tensor) and other.dim() == 0
 
 

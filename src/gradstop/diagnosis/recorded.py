@@ -157,6 +157,8 @@ def op_text(name: str) -> str:
         "from_numpy": "torch.from_numpy()",
         "new leaf": "a new leaf made from its memory (nn.Parameter(), copy.deepcopy())",
         "autograd.grad": "torch.autograd.grad() without create_graph=True",
+        "setitem": "an indexed assignment, x[index] = value, which writes in place (out of "
+        "place: torch.where(), x.masked_fill() or x.index_put())",
     }
     return special.get(name, f"{name}()")
 

@@ -270,7 +270,23 @@ def _where() -> str:
     text = " ".join(text.split())
     if not text:
         return ""
-    return f"`{text if len(text) <= 60 else text[:57] + '...'}`, line {frame.f_lineno}"
+    shown = f"`{text if len(text) <= 60 else text[:57] + '...'}`, line {frame.f_lineno}"
+    return shown + _in_forward_hook(frame)
+
+
+def _in_forward_hook(frame) -> str:
+    """A forward hook's return value replaces the module's output: say so where it cuts."""
+    caller = frame.f_back
+    if caller is None or caller.f_code.co_name not in ("_call_impl", "inner"):
+        return ""
+    hook = caller.f_locals.get("hook")
+    if getattr(hook, "__code__", None) is not frame.f_code:
+        return ""
+    return (
+        f", in the forward hook {frame.f_code.co_name}(): a forward hook's return value, "
+        "unless None, replaces the module's output, so a hook that only reads it should "
+        "return nothing"
+    )
 
 
 forward.BEFORE.append(before)

@@ -298,7 +298,10 @@ def _not_yet_text(f: Facts) -> str:
 
 
 def _non_leaf_fix(f: Facts) -> str:
-    read = f"to read its gradient, call {f.tensor}.retain_grad() before backward()"
+    read = (
+        f"to read its gradient, call {f.tensor}.retain_grad() before backward() (that only "
+        f"reads it: {f.tensor} stays a computed tensor, not a parameter to train)"
+    )
     train = (
         f"if {f.tensor} is meant to be trained, create it as a leaf in its final form "
         "(with its dtype and device, or do the operation first, then requires_grad_())"

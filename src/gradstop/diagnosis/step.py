@@ -56,6 +56,8 @@ class StepReport:
     error: str = ""
     optimizer: bool = False  # was an optimizer given (so steps are counted)?
     explained: str = ""  # what the error means, and its fix
+    unchecked: tuple[str, ...] = ()  # custom Functions on the path: values not checked
+    behind: frozenset[str] = frozenset()  # the rows whose gradient came back through one
     recording: Recording | None = field(default=None, repr=False)
 
     @property
@@ -158,9 +160,19 @@ class _Watch:
         self.wrapped: list[tuple[object, bool, object]] = []
         if optimizer is not None:
             self.handle = optimizer.register_step_pre_hook(self._pre_step)
+        self.forwards, self.forward_handles = {"wrapper": 0, "inner": 0}, []
+        if isinstance(model, torch.nn.parallel.DistributedDataParallel):
+            for key, module in (("wrapper", model), ("inner", model.module)):
+                self.forward_handles.append(module.register_forward_pre_hook(self._counter(key)))
         for owner in (optimizer, model):
             if owner is not None:
                 self._watch_zero_grad(owner)
+
+    def _counter(self, key: str):
+        def count(module, args) -> None:
+            self.forwards[key] += 1
+
+        return count
 
     def backward_passes(self) -> int:
         """How many backward passes that fill .grad have run in the block so far."""
@@ -216,6 +228,8 @@ class _Watch:
     def close(self) -> None:
         if self.handle is not None:
             self.handle.remove()
+        for handle in self.forward_handles:
+            handle.remove()
         for owner, had, original in self.wrapped:
             if had:
                 owner.zero_grad = original
@@ -281,6 +295,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
         frozen = diagnosis is not None and not changed and frozen_parameter(tensor, diagnosis)
         verdict, problem = (FROZEN, "") if frozen else _assess(row, watch)
+        if found.error and diagnosis is not None and diagnosis.reason is Reason.NOT_YET:
+            problem = _STOPPED  # the error is the cause; the usual NOT_YET advice is not
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
@@ -288,12 +304,34 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model)
-    found.notes += _grad_mode_note(watch.grad_mode_at_start)
-    found.notes += _non_finite_note(watch, losses) + _custom_function_note(watch, recording)
+    found.notes = _ddp_note(watch) + found.notes + _grad_mode_note(watch.grad_mode_at_start)
+    found.unchecked = _custom_functions(watch, recording)
+    behind = _leaves_behind_functions(losses, found.unchecked)
+    found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
+    found.notes += _non_finite_note(watch, losses) + _custom_function_note(found.unchecked)
     found.explained = (
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
     found.recording = recording
+
+
+_STOPPED = (
+    "the graph of the loss reaches it, but the block raised (above) before a backward() "
+    "filled its .grad: fix that error first, then run the step again."
+)
+
+
+def _ddp_note(watch: _Watch) -> tuple[str, ...]:
+    """The model is a DistributedDataParallel, but the block called its .module directly."""
+    if not watch.forwards["inner"] or watch.forwards["wrapper"]:
+        return ()
+    return (
+        "the model is a DistributedDataParallel, but its forward() never ran: the block "
+        "called the wrapped module directly (ddp_model.module(x)), so DDP did not prepare "
+        "the gradient all-reduce, each process stepped with its own gradient, and the "
+        "replicas drift apart although every gradient arrived. Call the wrapper, "
+        "ddp_model(x)",
+    )
 
 
 def _rebound(watch: _Watch, recording: Recording, caller) -> tuple[str, ...]:
@@ -362,7 +400,10 @@ def _non_finite_note(watch: _Watch, losses) -> tuple[str, ...]:
     bad = [
         name
         for name, tensor, _ in watch.candidates
-        if tensor.grad is not None and not bool(torch.isfinite(tensor.grad).all())
+        # a non-leaf's .grad is read only if it keeps one (reading it otherwise warns)
+        if (tensor.is_leaf or tensor.retains_grad)
+        and tensor.grad is not None
+        and not bool(torch.isfinite(tensor.grad).all())
     ]
     if not bad or not finite_losses:
         return ()
@@ -381,17 +422,38 @@ def _non_finite_note(watch: _Watch, losses) -> tuple[str, ...]:
 _NOT_WRITTEN = ("CheckpointFunction", recorder.STEP)
 
 
-def _custom_function_note(watch: _Watch, recording: Recording) -> tuple[str, ...]:
-    """A backward() ran through a custom autograd Function: its backward() is unchecked."""
+def _custom_functions(watch: _Watch, recording: Recording) -> tuple[str, ...]:
+    """The custom autograd Functions a backward() of the block ran through."""
     if not watch.backward_passes():
         return ()
-    written = sorted(
-        {
-            c.region
-            for c in recording.calls
-            if c.region and c.region not in _NOT_WRITTEN and not c.region.startswith("Compiled")
-        }
-    )
+    regions = {
+        c.region
+        for c in recording.calls
+        if c.region and c.region not in _NOT_WRITTEN and not c.region.startswith("Compiled")
+    }
+    return tuple(sorted(regions))
+
+
+def _leaves_behind_functions(losses, functions: tuple[str, ...]) -> frozenset[int]:
+    """The leaves whose gradient came back through one of these custom Functions."""
+    nodes = {f"{name}Backward" for name in functions}
+    behind, seen = set(), set()
+    stack = [(t.grad_fn, False) for t in losses if t.grad_fn is not None]
+    while stack:
+        node, under = stack.pop()
+        under = under or type(node).__name__ in nodes
+        if (id(node), under) in seen:
+            continue
+        seen.add((id(node), under))
+        leaf = getattr(node, "variable", None)
+        if under and leaf is not None:
+            behind.add(id(leaf))
+        stack += [(n, under) for n, _ in node.next_functions if n is not None]
+    return frozenset(behind)
+
+
+def _custom_function_note(written: tuple[str, ...]) -> tuple[str, ...]:
+    """A backward() ran through a custom autograd Function: its backward() is unchecked."""
     if not written:
         return ()
     name = written[0]
@@ -578,12 +640,15 @@ def _lines(report: StepReport) -> list[str]:
 def _fine_and_frozen_lines(report: StepReport) -> list[str]:
     """The rows with nothing to fix: one line for the fine ones, one for the frozen ones."""
     frozen = [r.name for r in report.rows if r.verdict == FROZEN]
-    fine = [
-        r.name
-        for r in report.rows
-        if r.diagnosis is not None and not r.problem and r.verdict != FROZEN
-    ]
+    ok = [r for r in report.rows if r.diagnosis is not None and not r.problem]
+    through = [r.name for r in ok if r.verdict != FROZEN and r.name in report.behind]
+    fine = [r.name for r in ok if r.verdict != FROZEN and r.name not in through]
     said = []
+    if through:
+        said.append(
+            f"A gradient arrived, through {', '.join(report.unchecked)} (a custom Function: "
+            "its value is not checked, see the note): " + ", ".join(through)
+        )
     if fine:
         moved = ", and optimizer.step() changed it" if report.steps else ""
         said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
