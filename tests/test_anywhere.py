@@ -15,7 +15,7 @@ import shutil
 import stat
 import subprocess
 import sys
-import textwrap
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import nbformat
 import pytest
 import yaml
 from playwright.sync_api import sync_playwright
+from test_run_twice import RUN_TWICE
 
 import nbcheck
 import setup_cell
@@ -38,24 +39,6 @@ CHAPTERS = [p for p in NOTEBOOKS if p.parent.name == "notebooks"]
 DOWNLOADABLE = [p for p in NOTEBOOKS if p.name != "seed-coverage.ipynb"]
 # Kept between runs (make clean removes it): made again when the pins change.
 READER_VENV = ROOT / "_build" / "reader-venv"
-
-# Run inside the reader's venv: nbclient there starts that venv's own kernel.
-RUN_NOTEBOOK = textwrap.dedent(
-    """
-    import sys
-    from pathlib import Path
-
-    import nbformat
-    from nbclient import NotebookClient
-
-    source, target, timeout = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
-    nb = nbformat.read(source, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-                            resources={"metadata": {"path": str(source.parent)}})
-    client.execute()
-    nbformat.write(nb, target)
-    """
-)
 
 
 def doc_of(path: Path) -> str:
@@ -236,9 +219,11 @@ def download(browser, site, doc, folder: Path) -> Path:
 
 
 def run_in_reader_env(python: Path, notebook: Path, tmp_path: Path, source: str = str(ROOT)):
-    """Execute ``notebook`` with nbclient in the reader's venv; return it executed.
+    """Run All twice in one kernel of the reader's venv (test_run_twice.RUN_TWICE).
 
-    The first cell installs gradstop from ``source`` (this checkout, by default).
+    Returns the notebook as its first pass left it, and what the two passes found
+    (``{"problems": [...], "quiet": [...]}``). The first cell installs gradstop from
+    ``source`` (this checkout, by default).
     """
     env = {
         **os.environ,
@@ -251,19 +236,18 @@ def run_in_reader_env(python: Path, notebook: Path, tmp_path: Path, source: str 
         "JUPYTER_DATA_DIR": str(tmp_path / "jupyter-data"),
     }
     env.pop("PYTHONPATH", None)
-    runner = tmp_path / "run_notebook.py"
-    runner.write_text(RUN_NOTEBOOK)
     executed = tmp_path / "executed.ipynb"
     timeout = str(nbcheck.cell_timeout())
+    scripts = str(ROOT / "scripts")  # nbcheck names the cells; the kernel never sees it
     result = subprocess.run(
-        [str(python), str(runner), str(notebook), str(executed), timeout],
+        [str(python), "-c", RUN_TWICE, str(notebook), timeout, scripts, str(executed)],
         cwd=notebook.parent,
         env=env,
         capture_output=True,
         text=True,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    return nbformat.read(executed, as_version=4)
+    return nbformat.read(executed, as_version=4), json.loads(result.stdout.splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -285,11 +269,15 @@ def downloaded_runs(browser, site, reader_python, tmp_path_factory):
 
     def run(job):
         path, saved, workdir = job
+        start = time.perf_counter()
         try:
-            executed = run_in_reader_env(reader_python, saved, workdir)
+            executed, twice = run_in_reader_env(reader_python, saved, workdir)
         except AssertionError as failure:
-            executed = failure
-        return path, (saved, executed, has_gradstop(reader_python))
+            executed, twice = failure, {"problems": [f"the run itself failed: {failure}"]}
+        quiet = len(twice.get("quiet", []))
+        said = f", {quiet} declared cell(s) raised nothing" if quiet else ""
+        print(f"{path.name}: both passes in {time.perf_counter() - start:.1f} s{said}")
+        return path, (saved, executed, has_gradstop(reader_python), twice)
 
     first, *rest = jobs
     runs = dict([run(first)])
@@ -300,7 +288,7 @@ def downloaded_runs(browser, site, reader_python, tmp_path_factory):
 
 @pytest.mark.parametrize("path", DOWNLOADABLE, ids=lambda p: p.name)
 def test_downloaded_chapter_runs_outside_the_repository(downloaded_runs, path):
-    saved, nb, installed = downloaded_runs[path]
+    saved, nb, installed, _ = downloaded_runs[path]
     assert json.loads(saved.read_text("utf-8"))["cells"]
     assert not isinstance(nb, AssertionError), f"the run itself failed: {nb}"
     assert nbcheck.problems_in_executed(nb, saved) == []
@@ -308,6 +296,12 @@ def test_downloaded_chapter_runs_outside_the_repository(downloaded_runs, path):
     if path in CHAPTERS:
         assert code[0].source == setup_cell.source() and code[0].outputs == []
         assert installed, "the first cell did not install gradstop"
+
+
+@pytest.mark.parametrize("path", DOWNLOADABLE, ids=lambda p: p.name)
+def test_runs_twice_in_one_kernel(downloaded_runs, path):
+    """Run All, then Run All again in the same kernel (tests/test_run_twice.py)."""
+    assert downloaded_runs[path][3]["problems"] == []
 
 
 def test_failed_install_stops_with_one_sentence(reader_python, tmp_path):
@@ -321,7 +315,7 @@ def test_failed_install_stops_with_one_sentence(reader_python, tmp_path):
     notebook = tmp_path / "setup-only.ipynb"
     nbformat.write(nb, notebook)
     missing = tmp_path / "no-such-clone"
-    executed = run_in_reader_env(reader_python, notebook, tmp_path, source=str(missing))
+    executed, _ = run_in_reader_env(reader_python, notebook, tmp_path, source=str(missing))
     (error,) = [o for o in executed.cells[0].outputs if o.output_type == "error"]
     assert error.ename == "SetupError"
     assert error.traceback == [f"SetupError: {error.evalue}"]  # one line, no pip output
