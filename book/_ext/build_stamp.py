@@ -51,7 +51,14 @@ def verified_with(root: Path, result_file: Path | None = None) -> str:
     matched, other = [ours], []
     for run in result["runs"]:
         version = run["torch"].split("+")[0]
-        if run["matched"]:
+        if run["matched"] and _covers_nothing(run, result, now):
+            # said in plain words, so an old run is not read as verifying today's pages
+            other.append(
+                f" torch {version} verified an earlier version of the book (`make matrix` of "
+                f"{result['date']}, every output the same); the helper code or every chapter "
+                "has changed since, so that run covers no page built now."
+            )
+        elif run["matched"]:
             changed = [
                 Path(name).stem
                 for name in sorted(set(now["notebooks"]) | set(run["chapters"]))
@@ -60,12 +67,6 @@ def verified_with(root: Path, result_file: Path | None = None) -> str:
             since = []
             if changed:
                 since.append(f"chapters changed since: {', '.join(changed)}")
-            helpers_changed = result.get("helpers") != now["helpers"]
-            if helpers_changed:
-                since.append("the helper code changed since")
-            if helpers_changed or {Path(name).stem for name in now["notebooks"]} <= set(changed):
-                # said outright, so an old run is not read as verifying today's pages
-                since.append("so it covers no page built now")
             note = f"; {'; '.join(since)}" if since else ""
             # A run of older chapters verified those, not the pages built now.
             which = " for an earlier version of the book" if since else ""
@@ -82,6 +83,16 @@ def verified_with(root: Path, result_file: Path | None = None) -> str:
             )
     listed = ", ".join(matched[:-1]) + " and " + matched[-1] if len(matched) > 1 else ours
     return f"{listed}.{''.join(other)}"
+
+
+def _covers_nothing(run: dict, result: dict, now: dict) -> bool:
+    """Has the helper code, or every chapter, changed since this matrix run?"""
+    if result.get("helpers") != now["helpers"]:
+        return True
+    return all(
+        run["chapters"].get(name, {}).get("hash") != digest
+        for name, digest in now["notebooks"].items()
+    )
 
 
 def _add_substitutions(app, config):
