@@ -1704,3 +1704,24 @@ def _ddp_step(model, call):
         call(INPUTS).sum().backward()
         optimizer.step()
     return step
+
+
+def test_hooks_made_in_a_loop_that_read_one_variable_are_named():
+    model = small_model()
+    for scale in (0.1, 1.0):
+        for p in model[0].parameters():  # every hook reads `scale` when it runs
+            p.register_hook(lambda grad: grad * scale)  # noqa: B023
+    late = [n for n in _linear_step(model, torch.ones(2, 3)).notes if "reads scale" in n]
+    assert late and "(now 1.0)" in late[0] and "scale=scale" in late[0]
+    # what it says: each hook multiplied by the last value, 1.0, never by 0.1
+    plain = small_model()
+    plain.load_state_dict(model.state_dict())  # the same weights, no hooks
+    plain(torch.ones(2, 3)).sum().backward()
+    model.zero_grad()
+    model(torch.ones(2, 3)).sum().backward()
+    for (_, p), (_, q) in zip(model.named_parameters(), plain.named_parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad)
+    bound = small_model()  # bound as a default argument: not reported
+    for p in bound[0].parameters():
+        p.register_hook(lambda grad, scale=0.1: grad * scale)
+    assert not [n for n in _linear_step(bound, torch.ones(2, 3)).notes if "reads scale" in n]

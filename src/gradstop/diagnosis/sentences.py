@@ -151,7 +151,7 @@ _LEFT_EITHER = (
 _LEFT_AND_BACK = (
     "Those numbers came back as a new tensor, with their values and no graph, and it "
     "reaches {output}: {round_trip}. Build that tensor from {tensor} with torch operations "
-    "(torch.cos({tensor}), not math.cos({tensor}), {tensor}.item() or NumPy) and put the "
+    "(torch.cos(t), not math.cos(t), t.item() or NumPy) and put the "
     "pieces together with torch.stack(list) or torch.cat(list), never torch.tensor() of "
     "numbers: keep it a tensor all the way from {tensor} to {output}."
 )

@@ -304,6 +304,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model)
+    found.notes += _late_binding_note(watch.candidates)
     found.notes = _ddp_note(watch) + found.notes + _grad_mode_note(watch.grad_mode_at_start)
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
@@ -319,6 +320,41 @@ _STOPPED = (
     "the graph of the loss reaches it, but the block raised (above) before a backward() "
     "filled its .grad: fix that error first, then run the step again."
 )
+
+
+def _late_binding_note(candidates) -> tuple[str, ...]:
+    """Hooks on several tensors that are one function reading one variable when it runs."""
+    by_code: dict[object, list[tuple[str, object]]] = {}
+    for name, tensor, _ in candidates:
+        for hook in (getattr(tensor, "_backward_hooks", None) or {}).values():
+            if getattr(hook, "__code__", None) is not None and not hook.__defaults__:
+                by_code.setdefault(hook.__code__, []).append((name, hook))
+    notes = []
+    for hooked in by_code.values():
+        shared = _shared_variables([hook for _, hook in hooked]) if len(hooked) > 1 else {}
+        for variable, value in shared.items():
+            names = ", ".join(name for name, _ in hooked)
+            notes.append(
+                f"the hooks on {names} are one function that reads {variable} when it runs "
+                f"(now {value!r}), not the value {variable} had when each was registered: if "
+                f"each was meant to keep its own, bind it as a default argument "
+                f"(lambda grad, {variable}={variable}: ...)"
+            )
+    return tuple(notes)
+
+
+def _shared_variables(hooks) -> dict[str, object]:
+    """Plain values (numbers, tensors) that every hook reads from one shared place."""
+    first, shared = hooks[0], {}
+    code = first.__code__
+    for i, variable in enumerate(code.co_freevars):
+        cells = {id(hook.__closure__[i]) for hook in hooks}
+        if len(cells) == 1:
+            shared[variable] = first.__closure__[i].cell_contents
+    for variable in code.co_names:
+        if variable in first.__globals__ and all(h.__globals__ is first.__globals__ for h in hooks):
+            shared[variable] = first.__globals__[variable]
+    return {k: v for k, v in shared.items() if isinstance(v, (int, float, torch.Tensor))}
 
 
 def _ddp_note(watch: _Watch) -> tuple[str, ...]:
