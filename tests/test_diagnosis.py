@@ -1725,3 +1725,20 @@ def test_hooks_made_in_a_loop_that_read_one_variable_are_named():
     for p in bound[0].parameters():
         p.register_hook(lambda grad, scale=0.1: grad * scale)
     assert not [n for n in _linear_step(bound, torch.ones(2, 3)).notes if "reads scale" in n]
+
+
+def test_a_hand_written_step_that_resets_grad_is_fine_and_one_that_never_updates_is_not():
+    def step(update):
+        w = torch.zeros(3, 1, requires_grad=True)
+        with gp.diagnose_step(tensors={"w": w}, show=False) as found:
+            (torch.ones(2, 3) @ w - 1).pow(2).sum().backward()
+            with torch.no_grad():
+                if update:
+                    w -= 0.1 * w.grad
+            w.grad = None  # the usual reset after a hand-written update
+        return found, w
+
+    found, w = step(update=True)
+    assert "w" not in found.problems and not torch.equal(w, torch.zeros(3, 1))
+    found, _ = step(update=False)  # read, reset, never used: still reported
+    assert found.reasons["w"] is Reason.NOT_YET and "w" in found.problems

@@ -293,10 +293,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         before = watch.before.get(id(tensor))  # None: first seen in the graph
         changed = None if not watch.steps or before is None else not torch.equal(before, tensor)
         row = StepRow(name, diagnosis, in_optimizer, at_step, changed)
-        frozen = diagnosis is not None and not changed and frozen_parameter(tensor, diagnosis)
-        verdict, problem = (FROZEN, "") if frozen else _assess(row, watch)
-        if found.error and diagnosis is not None and diagnosis.reason is Reason.NOT_YET:
-            problem = _STOPPED  # the error is the cause; the usual NOT_YET advice is not
+        verdict, problem = _verdict(row, tensor, before, watch, bool(found.error))
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
@@ -314,6 +311,28 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
     found.recording = recording
+
+
+def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple[str, str]:
+    diagnosis = row.diagnosis
+    if diagnosis is not None and not row.changed and frozen_parameter(tensor, diagnosis):
+        return FROZEN, ""
+    verdict, problem = _assess(row, watch)
+    if raised and diagnosis is not None and diagnosis.reason is Reason.NOT_YET:
+        return verdict, _STOPPED  # the error is the cause; the usual NOT_YET advice is not
+    if _updated_by_hand(diagnosis, before, tensor, watch):
+        return "", ""  # filled, used and reset inside the block: a fine step
+    return verdict, problem
+
+
+def _updated_by_hand(diagnosis, before, tensor, watch: _Watch) -> bool:
+    """NOT_YET only because the block read .grad, changed the tensor, then reset .grad
+    (with torch.no_grad(): w -= lr * w.grad; w.grad = None): a hand-written step."""
+    if diagnosis is None or diagnosis.reason is not Reason.NOT_YET or before is None:
+        return False
+    states = watch.recording.states
+    read = any(states[s].tensor is tensor for s, _ in recorder.grad_reads(watch.recording))
+    return read and watch.backward_passes() > 0 and not torch.equal(before, tensor)
 
 
 _STOPPED = (
