@@ -121,7 +121,11 @@ def _leaves_behind(tensor) -> tuple[str, ...]:
 
 
 def _one_leaf(tensor) -> bool:
-    """Made in one step from one leaf alone, or with a number: .to(), a view, * 0.01."""
+    """Made in one step from one leaf alone, or with a number: .to(), a view, * 0.01.
+
+    After a backward() has freed what the step saved, the number can no longer be told
+    from a constant tensor; one leaf and a constant then counts as well.
+    """
     if tensor.grad_fn is None:
         return False
     inputs = [node for node, _ in tensor.grad_fn.next_functions if node is not None]

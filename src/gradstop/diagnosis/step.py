@@ -297,12 +297,12 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
-    found.notes = module_notes(model, recording) if model is not None else ()
+    found.notes = _ddp_note(watch)  # first: it explains rows that all read "Fine"
+    found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model)
-    found.notes += _late_binding_note(watch.candidates)
-    found.notes = _ddp_note(watch) + found.notes + _grad_mode_note(watch.grad_mode_at_start)
+    found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
     found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
