@@ -3,6 +3,8 @@
 import copy
 import html
 import re
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -1742,3 +1744,46 @@ def test_a_hand_written_step_that_resets_grad_is_fine_and_one_that_never_updates
     assert "w" not in found.problems and not torch.equal(w, torch.zeros(3, 1))
     found, _ = step(update=False)  # read, reset, never used: still reported
     assert found.reasons["w"] is Reason.NOT_YET and "w" in found.problems
+
+
+def test_diagnose_step_names_a_zero_grad_that_cleared_the_gradients_before_use():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.zero_grad()
+        optimizer.step()
+    assert {r.verdict for r in step.rows} == {
+        "backward() filled its .grad, then zero_grad() cleared it"
+    }
+    assert all("before optimizer.step()" in text for text in step.problems.values())
+    assert not any("no backward() has filled" in text for text in step.problems.values())
+    with gp.diagnose_step(model, optimizer, show=False) as step:  # the usual order
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    assert not step.problems and {r.changed for r in step.rows} == {True}
+
+
+def test_diagnose_step_names_a_requires_grad_comparison_that_does_nothing(tmp_path):
+    script = tmp_path / "freeze.py"
+    script.write_text(
+        "import torch, gradstop as gp\n"
+        "model = torch.nn.Linear(3, 1)\n"
+        "for p in model.parameters():\n"
+        "    p.requires_grad == False\n"
+        "with gp.diagnose_step(model, show=False) as step:\n"
+        "    model(torch.ones(2, 3)).sum().backward()\n"
+        "print(repr(step.notes))\n"
+    )
+    printed = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "`p.requires_grad == False`" in printed and "line 4" in printed
+    assert "`p.requires_grad = False`" in printed
+    model = small_model()
+    with gp.diagnose_step(model, show=False) as step:  # this file holds no such statement
+        model(INPUTS).sum().backward()
+    assert not any("compares and throws" in n for n in step.notes)

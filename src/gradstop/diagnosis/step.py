@@ -16,7 +16,9 @@ goes on as usual.
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import linecache
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -210,6 +212,11 @@ class _Watch:
             last = n
         return count
 
+    def cleared_last(self) -> bool:
+        """A zero_grad() that found gradients ran after the block's last backward()."""
+        last = self.backward_passes()
+        return last > 0 and ("zero_grad", last) in self.events
+
     def _pre_step(self, optimizer, args, kwargs) -> None:
         self.steps += 1
         self.events.append(("step", self.backward_passes()))
@@ -303,6 +310,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
+    found.notes += _comparison_note(caller)
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
     found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
@@ -322,6 +330,8 @@ def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple
         return verdict, _STOPPED  # the error is the cause; the usual NOT_YET advice is not
     if _updated_by_hand(diagnosis, before, tensor, watch):
         return "", ""  # filled, used and reset inside the block: a fine step
+    if diagnosis is not None and diagnosis.reason is Reason.NOT_YET and watch.cleared_last():
+        return _CLEARED, _cleared_problem(watch)  # filled, then reset before any use
     return verdict, problem
 
 
@@ -333,6 +343,24 @@ def _updated_by_hand(diagnosis, before, tensor, watch: _Watch) -> bool:
     states = watch.recording.states
     read = any(states[s].tensor is tensor for s, _ in recorder.grad_reads(watch.recording))
     return read and watch.backward_passes() > 0 and not torch.equal(before, tensor)
+
+
+_CLEARED = "backward() filled its .grad, then zero_grad() cleared it"
+
+
+def _cleared_problem(watch: _Watch) -> str:
+    """zero_grad() after the block's last backward(): the gradient existed, and is gone."""
+    after = [kind for kind, n in watch.events if n == watch.backward_passes()]
+    stepped = "step" in after[after.index("zero_grad") :]
+    where = (
+        "before optimizer.step(), so the step found .grad None and did not move it"
+        if stepped
+        else "so .grad reads None after the block"
+    )
+    return (
+        f"zero_grad() ran after the last backward() of the block, {where}: call zero_grad() "
+        "before backward() or after step(), never between them (and read .grad before it)."
+    )
 
 
 _STOPPED = (
@@ -374,6 +402,50 @@ def _shared_variables(hooks) -> dict[str, object]:
         if variable in first.__globals__ and all(h.__globals__ is first.__globals__ for h in hooks):
             shared[variable] = first.__globals__[variable]
     return {k: v for k, v in shared.items() if isinstance(v, (int, float, torch.Tensor))}
+
+
+def _comparison_note(caller) -> tuple[str, ...]:
+    """A statement that compares requires_grad (`p.requires_grad == False`) and so does
+    nothing, in the code that runs the step: the file of each frame up the stack, and a
+    notebook's cells."""
+    files = {frame.f_code.co_filename for frame in _frames(caller)}
+    files |= {f for f in linecache.cache if "ipykernel" in f or f.startswith("<ipython-input")}
+    notes = []
+    for filename in sorted(files):
+        for line, text in _no_op_comparisons(filename):
+            notes.append(
+                f"`{text}` ({_where(filename)}line {line}) compares and throws the answer "
+                "away: it freezes or unfreezes nothing. Assign instead: "
+                f"`{text.replace(' == ', ' = ').replace(' != ', ' = not ')}`, or call "
+                "requires_grad_(False) on the tensor or module"
+            )
+    return tuple(notes)
+
+
+def _frames(frame):
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
+
+
+def _where(filename: str) -> str:
+    return "" if "ipykernel" in filename or filename.startswith("<") else f"{filename}, "
+
+
+def _no_op_comparisons(filename: str) -> list[tuple[int, str]]:
+    """(line, code) of each expression statement comparing a .requires_grad."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(filename)))
+    except (SyntaxError, ValueError):
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Compare)):
+            continue
+        sides = [node.value.left, *node.value.comparators]
+        if any(isinstance(x, ast.Attribute) and x.attr == "requires_grad" for x in sides):
+            found.append((node.lineno, ast.unparse(node.value)))
+    return found
 
 
 def _ddp_note(watch: _Watch) -> tuple[str, ...]:
