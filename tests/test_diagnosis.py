@@ -1787,3 +1787,18 @@ def test_diagnose_step_names_a_requires_grad_comparison_that_does_nothing(tmp_pa
     with gp.diagnose_step(model, show=False) as step:  # this file holds no such statement
         model(INPUTS).sum().backward()
     assert not any("compares and throws" in n for n in step.notes)
+
+
+def test_diagnose_step_reports_an_input_that_requires_grad_as_data_not_a_parameter():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    batch = INPUTS.clone().requires_grad_()
+    scale = torch.ones(1, requires_grad=True)  # read by the loss, not passed to the model
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        loss = (model(batch) * scale - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    assert "batch" not in step.reasons and step.reasons["scale"] is Reason.UNREGISTERED
+    assert any(n.startswith("batch: passed to the model as input") for n in step.notes)
+    assert batch.grad is not None  # the note's claim: backward() filled it

@@ -169,6 +169,16 @@ class _Watch:
         for owner in (optimizer, model):
             if owner is not None:
                 self._watch_zero_grad(owner)
+        self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
+        if model is not None:
+            hook = model.register_forward_pre_hook(self._note_inputs, with_kwargs=True)
+            self.forward_handles.append(hook)
+
+    def _note_inputs(self, module, args, kwargs) -> None:
+        for value in (*args, *kwargs.values()):
+            for t in value if isinstance(value, (list, tuple)) else (value,):
+                if isinstance(t, torch.Tensor):
+                    self.inputs[id(t)] = t
 
     def _counter(self, key: str):
         def count(module, args) -> None:
@@ -291,7 +301,8 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     if model is not None:
         known = {id(t) for _, t, _ in candidates} | (held or set())
         outside = naming.outside_leaves(losses, known, caller)
-        candidates += [(n, t, False) for n, t in outside]
+        candidates += [(n, t, False) for n, t in outside if id(t) not in watch.inputs]
+        found.notes += _input_note([n for n, t in outside if id(t) in watch.inputs])
     for name, tensor, registered in candidates:
         in_optimizer = None if held is None else id(tensor) in held
         flag = False if registered is False and not in_optimizer else None
@@ -304,7 +315,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
     found.optimizer = watch.optimizer is not None
-    found.notes = _ddp_note(watch)  # first: it explains rows that all read "Fine"
+    found.notes = _ddp_note(watch) + found.notes  # first: it explains rows that all read "Fine"
     found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
@@ -402,6 +413,20 @@ def _shared_variables(hooks) -> dict[str, object]:
         if variable in first.__globals__ and all(h.__globals__ is first.__globals__ for h in hooks):
             shared[variable] = first.__globals__[variable]
     return {k: v for k, v in shared.items() if isinstance(v, (int, float, torch.Tensor))}
+
+
+def _input_note(names: list[str]) -> tuple[str, ...]:
+    """Tensors passed to the model that require grad: data, not parameters to register."""
+    if not names:
+        return ()
+    which = ", ".join(names)
+    return (
+        f"{which}: passed to the model as input, and requires grad, so backward() fills its "
+        ".grad (the gradient with respect to the input, as for a saliency map or an "
+        "adversarial example). It is data, not a parameter: no optimizer changes it, and "
+        "nothing needs registering. If you did not mean to ask for that gradient, create it "
+        "without requires_grad=True (it only costs time)",
+    )
 
 
 def _comparison_note(caller) -> tuple[str, ...]:
