@@ -1802,3 +1802,23 @@ def test_diagnose_step_reports_an_input_that_requires_grad_as_data_not_a_paramet
     assert "batch" not in step.reasons and step.reasons["scale"] is Reason.UNREGISTERED
     assert any(n.startswith("batch: passed to the model as input") for n in step.notes)
     assert batch.grad is not None  # the note's claim: backward() filled it
+
+
+def test_diagnose_step_names_each_losss_cut_when_no_loss_reaches_a_parameter():
+    # a GAN whose generator loss also goes through fake.detach(): the cut in d_loss is
+    # meant, the one in g_loss is the mistake, and the report must name both
+    torch.manual_seed(0)
+    generator, critic = nn.Linear(2, 2), nn.Linear(2, 1)
+    g_optimizer = torch.optim.SGD(generator.parameters(), lr=0.1)
+    with gp.diagnose_step(generator, g_optimizer, show=False) as step:
+        fake = generator(torch.randn(4, 2))
+        d_loss = critic(fake.detach()).mean()
+        d_loss.backward()
+        g_loss = -critic(fake.detach()).mean()
+        g_loss.backward()
+        g_optimizer.step()
+    assert set(step.reasons.values()) == {Reason.DETACHED}
+    text = step.problems["weight"]
+    assert "[d_loss]" in text and "[g_loss]" in text
+    lines = [int(n) for n in re.findall(r"line (\d+)", text)]
+    assert len(lines) == 2 and lines[0] < lines[1]

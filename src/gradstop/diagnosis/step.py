@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import dataclasses
 import linecache
 import sys
 import textwrap
@@ -679,7 +680,13 @@ def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnos
         diagnose(loss, tensor, recording, (name, loss_name), modules, flag)
         for loss, loss_name in zip(losses, loss_names, strict=True)
     ]
-    return next((d for d in found if d.reached), found[0] if found else None)
+    reached = next((d for d in found if d.reached), None)
+    if reached is not None or len({d.sentence for d in found}) < 2:
+        return reached or (found[0] if found else None)
+    # no loss reaches it, each cut its own way: which cut is the mistake (a GAN's
+    # generator loss through fake.detach()) is for the reader, so each is named
+    each = " ".join(f"[{name}] {d.sentence}" for name, d in zip(loss_names, found, strict=True))
+    return dataclasses.replace(found[0], sentence=f"no loss of the block reaches it. {each}")
 
 
 def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
