@@ -1569,7 +1569,8 @@ def test_a_nan_gradient_from_a_finite_loss_gets_the_where_note():
         nan = not torch.isfinite(model.weight.grad).all()
         assert nan is not safe  # the unsafe form gives NaN, the safe one does not
         said_by[safe] = [n for n in step.notes if ".grad holds NaN or inf" in n]
-        assert step.problems == {}  # the verdicts stay: the gradient did arrive
+        # a NaN gradient arrived, but "Fine" would reassure falsely: a row of its own
+        assert set(step.problems) == (set() if safe else {"weight", "bias"})
     assert said_by[True] == [] and len(said_by[False]) == 1
     assert "set_detect_anomaly(True)" in said_by[False][0]
     assert "f(torch.where(cond, x, safe))" in said_by[False][0]
@@ -1822,3 +1823,81 @@ def test_diagnose_step_names_each_losss_cut_when_no_loss_reaches_a_parameter():
     assert "[d_loss]" in text and "[g_loss]" in text
     lines = [int(n) for n in re.findall(r"line (\d+)", text)]
     assert len(lines) == 2 and lines[0] < lines[1]
+
+
+def test_diagnose_step_names_round_when_every_gradient_is_zero():
+    model = small_model()
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        loss = (torch.sigmoid(model(INPUTS)).round() - TARGETS).pow(2).mean()
+        loss.backward()
+        optimizer.step()
+    assert {r.changed for r in step.rows} == {False}
+    assert {r.verdict for r in step.rows} == {
+        "its gradient was all zeros, so optimizer.step() did not move it"
+    }
+    assert all("passes through round()" in text for text in step.problems.values())
+    with gp.diagnose_step(model, optimizer, show=False) as step:  # zero, and no flat op
+        optimizer.zero_grad()
+        (model(INPUTS) * 0).sum().backward()
+        optimizer.step()
+    assert all("zero derivative here" in text for text in step.problems.values())
+
+
+def test_diagnose_step_reports_a_nan_gradient_as_a_problem_row():
+    model = small_model()
+    scale = torch.ones(1, requires_grad=True)
+    with gp.diagnose_step(model, tensors={"scale": scale}, show=False) as step:
+        counts = torch.zeros(len(INPUTS), 1)
+        safe = torch.where(counts > 0, (scale * counts).log(), torch.zeros(()))
+        (model(INPUTS) + safe).pow(2).mean().backward()
+    assert step.problems["scale"].startswith("the note on NaN below")
+    assert any("NaN or inf" in n for n in step.notes)
+
+
+@pytest.mark.filterwarnings("ignore:Full backward hook is firing")
+def test_diagnose_step_on_a_full_backward_hook_and_a_buffer_that_requires_grad():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.Linear(3, 1)
+            self.register_buffer("temperature", torch.ones(1, requires_grad=True))
+
+        def forward(self, x):
+            return self.layer(x) / self.temperature
+
+    model = Scaled()
+    model.layer.register_full_backward_hook(lambda m, gi, go: gi)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        optimizer.step()
+    row = next(r for r in step.rows if r.name == "temperature")
+    assert row.verdict == "a buffer, not a parameter"
+    assert "self.temperature = nn.Parameter" in row.problem
+    assert not step.unchecked  # PyTorch's own BackwardHookFunction is not the reader's code
+    (note,) = [n for n in step.notes if "full backward hook" in n]
+    assert "cannot change them" in note and "model.layer.weight.register_hook" in note
+
+
+def test_diagnose_step_says_when_the_block_raised_before_backward_and_prints_repeats_once(
+    capsys,
+):
+    model = small_model()
+    with torch.inference_mode():
+        frozen_input = INPUTS.clone()
+    with pytest.raises(RuntimeError), gp.diagnose_step(model):
+        model(frozen_input).sum().backward()
+    printed = capsys.readouterr().out
+    assert "raised before any backward() ran" in printed
+    assert "Put loss.backward() inside" not in printed
+    for _ in range(3):
+        with gp.diagnose_step(model):
+            model(INPUTS).sum().backward()
+    printed = capsys.readouterr().out
+    assert printed.count("diagnose_step: backward() from") == 1
+    assert printed.count("the same report again") == 1
+    with gp.diagnose_step(model):  # another block: printed, though the report is the same
+        model(INPUTS).sum().backward()
+    assert capsys.readouterr().out.count("diagnose_step: backward() from") == 1

@@ -33,7 +33,8 @@ SENTENCES = {
     "recorded fills no .grad for it: {passes}.",
     Reason.UNREGISTERED: "backward() from {output} reaches {tensor}, but {tensor} is not a "
     "registered parameter of the model (a layer kept in a plain Python list or dict, a "
-    "tensor attribute that is not an nn.Parameter, or a global the forward pass reads): "
+    "tensor attribute that is not an nn.Parameter, a buffer made with register_buffer, or "
+    "a global the forward pass reads): "
     "model.parameters() does not list it, so "
     "an optimizer built from it never changes {tensor}, and state_dict(), .to() and "
     "zero_grad() miss it. {unregistered_fix} (if it is an input whose gradient you want, "

@@ -27,9 +27,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..forward import Recording, _Recorder
+from ..graph import backward_nodes
 from . import names as naming
 from . import recorded, recorder
 from .errors import explain
+from .facts import hook_name
 from .recorder import passes
 from .report import Diagnosis, attribute_notes, diagnose, frozen_parameter, module_notes
 from .rules import Reason
@@ -103,7 +105,22 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
         recording.names = _tensor_names(caller)
         _fill(found, watch, recording, caller)
         if show:
-            print(found)
+            _print_once(str(found), (id(caller), caller.f_code, caller.f_lineno))
+
+
+_LAST_PRINTED = {"text": "", "where": None, "repeats": 0}
+
+
+def _print_once(text: str, where) -> None:
+    """Print the report, unless the same block, running again in the same call (a loop),
+    found the same as when it last printed."""
+    if (text, where) != (_LAST_PRINTED["text"], _LAST_PRINTED["where"]):
+        _LAST_PRINTED.update(text=text, where=where, repeats=0)
+        print(text)
+        return
+    _LAST_PRINTED["repeats"] += 1
+    if _LAST_PRINTED["repeats"] == 1:
+        print("diagnose_step: the same report again (not printed again while it repeats).")
 
 
 def _check(model, optimizer, tensors) -> None:
@@ -171,6 +188,7 @@ class _Watch:
             if owner is not None:
                 self._watch_zero_grad(owner)
         self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
+        self.flat: list[str] = []  # flat operations on the losses' graphs (set at the end)
         if model is not None:
             hook = model.register_forward_pre_hook(self._note_inputs, with_kwargs=True)
             self.forward_handles.append(hook)
@@ -263,6 +281,9 @@ def _candidates(model, optimizer, tensors, caller) -> list[tuple[str, torch.Tens
             found.setdefault(id(p), (name, p, True))
         for name, t in naming.loose_tensors(model).values():
             found.setdefault(id(t), (name, t, False))
+        for name, t in model.named_buffers():
+            if t.requires_grad:  # a buffer: in state_dict(), never in parameters()
+                found.setdefault(id(t), (name, t, False))
     if optimizer is not None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
         for i, p in enumerate(params):
@@ -295,6 +316,7 @@ def _losses(recording: Recording, caller) -> tuple[list, list[str]]:
 def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
     """Diagnose every watched tensor against the losses backward() ran from."""
     losses, loss_names = _losses(recording, caller)
+    watch.flat = _flat_operations(losses)
     model = watch.model
     modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
     held, rows = watch.held(), []
@@ -320,7 +342,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
-    found.notes += _eval_note(model, rows) + attribute_notes(model)
+    found.notes += _eval_note(model, rows) + attribute_notes(model) + _full_hook_note(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
     found.notes += _comparison_note(caller)
     found.unchecked = _custom_functions(watch, recording)
@@ -340,6 +362,12 @@ def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple
     verdict, problem = _assess(row, watch)
     if raised and diagnosis is not None and diagnosis.reason is Reason.NOT_YET:
         return verdict, _STOPPED  # the error is the cause; the usual NOT_YET advice is not
+    if diagnosis is not None and diagnosis.reached and _is_buffer(tensor, watch.model):
+        return "a buffer, not a parameter", _BUFFER.format(
+            name=row.name, attr=row.name.rsplit(".", 1)[-1]
+        )
+    if verdict and not problem and _non_finite_grad(tensor):
+        return "its .grad holds NaN or inf", _NON_FINITE
     if _updated_by_hand(diagnosis, before, tensor, watch):
         return "", ""  # filled, used and reset inside the block: a fine step
     if diagnosis is not None and diagnosis.reason is Reason.NOT_YET and watch.cleared_last():
@@ -373,6 +401,30 @@ def _cleared_problem(watch: _Watch) -> str:
         f"zero_grad() ran after the last backward() of the block, {where}: call zero_grad() "
         "before backward() or after step(), never between them (and read .grad before it)."
     )
+
+
+_BUFFER = (
+    "backward() from the loss reaches {name} and fills its .grad, but {name} is a buffer "
+    "(register_buffer): state_dict() and .to() include it, model.parameters() does not, "
+    "so no optimizer built from the model changes it. To train it, make it a parameter: "
+    "self.{attr} = nn.Parameter(...) in place of register_buffer."
+)
+
+
+def _is_buffer(tensor, model) -> bool:
+    return model is not None and any(b is tensor for b in model.buffers())
+
+
+_NON_FINITE = (
+    "the note on NaN below says how to find the operation whose backward made it, and "
+    "the usual fix."
+)
+
+
+def _non_finite_grad(tensor) -> bool:
+    # a non-leaf's .grad is read only if it keeps one (reading it otherwise warns)
+    grad = tensor.grad if (tensor.is_leaf or tensor.retains_grad) else None
+    return grad is not None and not bool(torch.isfinite(grad).all())
 
 
 _STOPPED = (
@@ -428,6 +480,32 @@ def _input_note(names: list[str]) -> tuple[str, ...]:
         "nothing needs registering. If you did not mean to ask for that gradient, create it "
         "without requires_grad=True (it only costs time)",
     )
+
+
+def _full_hook_note(model) -> tuple[str, ...]:
+    """A module's full backward hook, which cannot change its own parameters' gradients."""
+    notes = []
+    for name, module in model.named_modules() if model is not None else ():
+        own = [
+            f"{name}.{n}" if name else n
+            for n, p in module.named_parameters(recurse=False)
+            if p.requires_grad
+        ]
+        if not (module._backward_hooks and own):
+            continue
+        who = name or "the model"
+        hooks = ", ".join(hook_name(h) for h in module._backward_hooks.values())
+        where = "".join(f"[{part}]" if part.isdigit() else f".{part}" for part in name.split("."))
+        first = f"model{where if name else ''}.{own[0].rsplit('.', 1)[-1]}"
+        notes.append(
+            f"{who} has a full backward hook ({hooks}): it gets and may replace grad_input, "
+            f"the gradient for {who}'s input, which goes on to the layers before it; "
+            f"{who}'s own parameters ({', '.join(own)}) get their gradients from "
+            "grad_output, so the hook cannot change them. To change a parameter's gradient, "
+            f"hook the parameter: {first}.register_hook(lambda grad: grad * mask) (with "
+            "momentum or weight decay, also re-apply the mask to the weight after each step)"
+        )
+    return tuple(notes)
 
 
 def _comparison_note(caller) -> tuple[str, ...]:
@@ -554,9 +632,7 @@ def _non_finite_note(watch: _Watch, losses) -> tuple[str, ...]:
         name
         for name, tensor, _ in watch.candidates
         # a non-leaf's .grad is read only if it keeps one (reading it otherwise warns)
-        if (tensor.is_leaf or tensor.retains_grad)
-        and tensor.grad is not None
-        and not bool(torch.isfinite(tensor.grad).all())
+        if _non_finite_grad(tensor)
     ]
     if not bad or not finite_losses:
         return ()
@@ -572,7 +648,7 @@ def _non_finite_note(watch: _Watch, losses) -> tuple[str, ...]:
 
 
 # Regions that are not a custom Function the reader wrote.
-_NOT_WRITTEN = ("CheckpointFunction", recorder.STEP)
+_NOT_WRITTEN = ("CheckpointFunction", "BackwardHookFunction", recorder.STEP)
 
 
 def _custom_functions(watch: _Watch, recording: Recording) -> tuple[str, ...]:
@@ -740,11 +816,50 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
             "freeze a parameter: leave it out of the optimizer, or set requires_grad_(False) "
             "before the forward pass.",
         )
+    if row.changed is False and row.grad_at_step == "zeros" and reached:
+        return (
+            "its gradient was all zeros, so optimizer.step() did not move it",
+            f"Its gradient was all zeros at the step, so optimizer.step() did not move it: "
+            f"{_flat_advice(watch.flat)}",
+        )
     if row.changed is False and row.grad_at_step == "a gradient":
         lr_zero = _lr_zero(watch, id_of(row, watch))
         why = "its learning rate is 0" if lr_zero else "the change is below float precision"
         return "the step did not change it", f"optimizer.step() did not change it: {why}."
     return "", ""
+
+
+# Operations whose derivative is zero wherever it exists: every gradient behind them is 0.
+FLAT = {
+    "RoundBackward0": "round()",
+    "RoundBackward1": "round()",
+    "FloorBackward0": "floor()",
+    "CeilBackward0": "ceil()",
+    "SignBackward0": "sign()",
+    "TruncBackward0": "trunc()",
+}
+
+
+def _flat_operations(losses) -> list[str]:
+    """The flat operations (round(), sign(), ...) on the backward graph of the losses."""
+    found = {FLAT.get(type(n).__name__) for t in losses for n in backward_nodes(t)}
+    return sorted(found - {None})
+
+
+def _flat_advice(flat: list[str]) -> str:
+    if not flat:
+        return (
+            "something on the path has a zero derivative here (a flat step such as round() "
+            "or sign(), a clamp() past its bound, ReLUs that are all off): look at each "
+            "operation between the parameter and the loss."
+        )
+    ops = " and ".join(flat)
+    return (
+        f"the loss passes through {ops}, whose derivative is zero wherever it exists, so "
+        "every gradient behind it is zero. Compute the loss from the value before it (for "
+        "0/1 outputs, binary cross-entropy on the logits), or, to keep it in the forward "
+        "pass, use a straight-through estimator: x + (x.round() - x).detach()."
+    )
 
 
 def _early_step_remark(row: StepRow) -> tuple[str, str]:
@@ -791,7 +906,9 @@ def _lines(report: StepReport) -> list[str]:
         )
         lines.append(textwrap.fill(problem, 78, initial_indent="    ", subsequent_indent="    "))
     lines += [textwrap.fill(f"Note: {n}.", 78, subsequent_indent="    ") for n in report.notes]
-    if not report.losses:
+    if not report.losses and report.error:
+        lines.append("The block raised before any backward() ran: fix that error first.")
+    elif not report.losses:
         lines.append("Put loss.backward() inside the block, so the report knows the loss.")
     return lines
 
