@@ -242,6 +242,18 @@ def test_the_same_detach_run_eagerly_fails_at_step_2(cluster):
 def test_static_graph_fails_when_the_graph_changes(cluster):
     with pytest.raises(RuntimeError, match="your training graph has changed"):
         cluster.run(W.train_steps, forward="detach() every other step", steps=3, static_graph=True)
+    # cut first, used next: one step earlier, another message
+    with pytest.raises(RuntimeError, match="^Your training graph has changed .* unused in first"):
+        cluster.run(W.train_steps, forward="detach() on odd steps", steps=3, static_graph=True)
+
+
+def test_the_debug_variable_names_the_parameter_and_is_put_back(cluster):
+    named = cluster.run(W.train_steps, steps=2, catch=True, debug="INFO")
+    assert [run["failed"][2][0] for run in named] == [
+        f"Parameters which did not receive grad for rank {rank}: body.weight" for rank in (0, 1)
+    ]
+    plain = cluster.run(W.train_steps, steps=2, catch=True)  # the level was reset after the run
+    assert not any(line.startswith("Parameters ") for line in plain[0]["failed"][2])
 
 
 def test_no_sync_keeps_each_ranks_sum_then_averages(cluster):
@@ -293,3 +305,5 @@ def test_unknown_names_are_refused():
         W.compiled_steps(wrap="jit(DDP(net))")
     with pytest.raises(ValueError, match="freeze must be"):
         W.train_steps(freeze="before")
+    with pytest.raises(ValueError, match="debug must be one of"):
+        W.train_steps(debug="VERBOSE")

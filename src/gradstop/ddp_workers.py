@@ -12,6 +12,8 @@ ways its forward can join them, with and without a stop-gradient.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 
 import torch
@@ -77,6 +79,11 @@ def _every_other_step(net, x):
     return _detached(net, x) if net.steps % 2 == 0 else _plain(net, x)
 
 
+def _odd_steps(net, x):
+    net.steps += 1
+    return _detached(net, x) if net.steps % 2 == 1 else _plain(net, x)
+
+
 FORWARDS = {
     "head(body(x))": _plain,
     "head(body(x).detach())": _detached,
@@ -84,6 +91,7 @@ FORWARDS = {
     "body(x) computed, head(x) used": _unused,
     "head(z) * z.detach().sum()": _one_use_detached,
     "detach() every other step": _every_other_step,
+    "detach() on odd steps": _odd_steps,
 }
 
 
@@ -113,16 +121,45 @@ def _ddp_report(model: DDP) -> dict:
     }
 
 
-def train_steps(forward="head(body(x).detach())", steps=2, freeze=False, catch=False, **options):
+DEBUG_LEVELS = ("OFF", "INFO", "DETAIL")
+
+
+def train_steps(
+    forward="head(body(x).detach())", steps=2, freeze=False, catch=False, debug="OFF", **options
+):
     """``steps`` forward and backward passes of ``DDP(Net(forward), **options)``.
 
-    ``freeze=True`` freezes the body before wrapping, ``freeze="after"`` after.
-    Returns each step's gradients (``"body"``, ``"head"``: flat lists or None), the
-    step that raised and its message's first line (with ``catch=True``; otherwise
-    the error propagates), and DDP's report on its buckets.
+    ``freeze=True`` freezes the body before wrapping, ``freeze="after"`` after;
+    ``debug`` is TORCH_DISTRIBUTED_DEBUG for this run. Returns each step's gradients
+    (``"body"``, ``"head"``: flat lists or None), the step that raised, its message's
+    first line and its lines naming the parameters without a gradient (with
+    ``catch=True``; otherwise the error propagates), and DDP's report on its buckets.
     """
     if freeze not in (False, True, "after"):
         raise ValueError(f"freeze must be False, True or 'after', got {freeze!r}")
+    if debug not in DEBUG_LEVELS:
+        raise ValueError(f"debug must be one of {DEBUG_LEVELS}, got {debug!r}")
+    with _debug_level(debug):
+        return _train_steps(forward, steps, freeze, catch, options)
+
+
+@contextlib.contextmanager
+def _debug_level(level: str):
+    """TORCH_DISTRIBUTED_DEBUG=level for one run, read as at a process's start."""
+    before = os.environ.get("TORCH_DISTRIBUTED_DEBUG")
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = level
+    dist.set_debug_level_from_env()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TORCH_DISTRIBUTED_DEBUG"]
+        else:
+            os.environ["TORCH_DISTRIBUTED_DEBUG"] = before
+        dist.set_debug_level_from_env()
+
+
+def _train_steps(forward, steps, freeze, catch, options) -> dict:
     net = Net(forward)
     if freeze is True:
         net.body.requires_grad_(False)  # frozen before DDP sees it
@@ -137,7 +174,8 @@ def train_steps(forward="head(body(x).detach())", steps=2, freeze=False, catch=F
         except RuntimeError as err:
             if not catch:
                 raise
-            failed = (step, str(err).splitlines()[0])
+            lines = str(err).splitlines()
+            failed = (step, lines[0], [line for line in lines if line.startswith("Parameter")])
             break
         seen.append({"body": grad_of(net.body.weight), "head": grad_of(net.head.weight)})
     return {"steps": seen, "failed": failed, **_ddp_report(model)}
