@@ -1,5 +1,6 @@
 """Unit tests of gradstop.simsiam_toy, chapter 6's SimSiam experiment."""
 
+import dataclasses
 import math
 
 import pytest
@@ -125,13 +126,25 @@ def plain_training(config: toy.Config) -> list[float]:
     return epoch_losses
 
 
+# Up to float rounding: the stack normalises and multiplies in another order, and
+# training compounds the difference. Epoch 1 agreed within 1e-5 on both machines seen,
+# epoch 2 within 1e-4 on one and 5.1e-4 on another (AVX-512, same pins); leaving out the
+# weight decay of 1e-3 moves epoch 2 by 5.6e-3 (checked below), so that is the scale a
+# real difference in the update shows at.
+EPOCH_TOLERANCE = (1e-4, 2e-3)
+
+
 def test_a_stacked_run_trains_as_the_textbook_loop_does():
-    # Up to float rounding: the stack normalises and multiplies in another order.
     for config in (toy.Config(epochs=2, decay="cosine"), toy.Config(epochs=2, predictor=False)):
         with torch.random.fork_rng(devices=[]):
             expected = plain_training(config)
         got = toy.run(config)["history"]["epoch_loss"]
-        assert got == pytest.approx(expected, abs=1e-4)
+        for epoch, tolerance in enumerate(EPOCH_TOLERANCE):
+            assert got[epoch] == pytest.approx(expected[epoch], abs=tolerance), (config, epoch)
+        if config.decay == "cosine":  # the tolerance still sees a real difference
+            with torch.random.fork_rng(devices=[]):
+                undecayed = plain_training(dataclasses.replace(config, weight_decay=0.0))
+            assert abs(undecayed[1] - got[1]) > 2 * EPOCH_TOLERANCE[1]
 
 
 def test_a_run_depends_on_its_seeds_only():
