@@ -186,6 +186,12 @@ def test_a_hook_sees_its_ranks_gradient_and_grad_gets_the_average(cluster):
         assert seen[".grad after backward()"] == seen["comm hook: bucket out"] == [3.0] * 3
 
 
+@pytest.mark.parametrize("wrap", ["compile(DDP(net))", "DDP(compile(net))"])
+def test_compiled_the_hooks_see_the_same_gradients_in_the_same_order(cluster, wrap):
+    eager = cluster.run(W.hooks_and_reduction)
+    assert cluster.run(W.hooks_and_reduction, wrap=wrap) == eager
+
+
 @pytest.mark.parametrize("hook", ["tensor hook", "post-accumulate hook"])
 def test_a_hook_that_scales_rank_0_changes_every_rank(cluster, hook):
     ranks = cluster.run(W.hooks_and_reduction, scale_on_rank_0=hook)
@@ -305,5 +311,7 @@ def test_unknown_names_are_refused():
         W.compiled_steps(wrap="jit(DDP(net))")
     with pytest.raises(ValueError, match="freeze must be"):
         W.train_steps(freeze="before")
+    with pytest.raises(ValueError, match="wrap must be one of"):
+        W.hooks_and_reduction(wrap="jit(DDP(net))")
     with pytest.raises(ValueError, match="debug must be one of"):
         W.train_steps(debug="VERBOSE")

@@ -197,17 +197,25 @@ def detach_on_rank_0():
 # --- hooks and DDP's reduction ------------------------------------------------------
 
 
-def hooks_and_reduction(scale_on_rank_0=None):
+def hooks_and_reduction(scale_on_rank_0=None, wrap="eager DDP(net)", backend="aot_eager"):
     """Who sees which gradient, in which order, on each rank.
 
     A tensor hook and a post-accumulate-grad hook on the weight of ``Linear(3, 1)``,
     and a communication hook that records the bucket before and after its
     all-reduce. ``scale_on_rank_0="tensor hook"`` (or ``"post-accumulate hook"``)
-    makes that hook multiply rank 0's gradient by 10.
+    makes that hook multiply rank 0's gradient by 10; ``wrap`` (one of ``WRAPS``)
+    compiles the model outside or inside DDP.
     """
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
     rank = dist.get_rank()
-    model = DDP(nn.Linear(3, 1, bias=False))
-    weight = model.module.weight
+    layer = nn.Linear(3, 1, bias=False)
+    if wrap == "DDP(compile(net))":
+        ddp = model = DDP(torch.compile(layer, backend=backend))
+    else:
+        ddp = DDP(layer)
+        model = torch.compile(ddp, backend=backend) if wrap == "compile(DDP(net))" else ddp
+    weight = layer.weight
     events = []
 
     def tensor_hook(grad):
@@ -222,9 +230,10 @@ def hooks_and_reduction(scale_on_rank_0=None):
 
     weight.register_hook(tensor_hook)
     weight.register_post_accumulate_grad_hook(post_accumulate_hook)
-    model.register_comm_hook(events, recording_allreduce)
+    ddp.register_comm_hook(events, recording_allreduce)
     (model(rank_input()).sum() * 2).backward()
     events.append((".grad after backward()", grad_of(weight)))
+    torch._dynamo.reset()  # the next run's layer is compiled afresh
     return events
 
 
