@@ -240,6 +240,13 @@ def test_a_compiled_detach_raises_nothing_and_leaves_zeros_that_adamw_decays(clu
         assert run["body after AdamW"] == [1.0] * 9
 
 
+def test_a_larger_compiled_model_fails_like_eager_unless_the_graph_is_not_split(cluster):
+    split = cluster.run(W.compiled_big_steps, wrap="compile(DDP(net))")
+    assert [run["failed"][0] for run in split] == [2, 2]
+    whole = cluster.run(W.compiled_big_steps, wrap="compile(DDP(net))", optimize_ddp=False)
+    assert [run["body"] for run in whole] == [["zeros"] * 3] * 2
+
+
 def test_the_same_detach_run_eagerly_fails_at_step_2(cluster):
     run = cluster.run(W.compiled_steps, wrap="eager DDP(net)")[0]
     assert run["failed"][0] == 2 and run["body after AdamW"] is None
@@ -313,5 +320,7 @@ def test_unknown_names_are_refused():
         W.train_steps(freeze="before")
     with pytest.raises(ValueError, match="wrap must be one of"):
         W.hooks_and_reduction(wrap="jit(DDP(net))")
+    with pytest.raises(ValueError, match="wrap must be one of"):
+        W.compiled_big_steps(wrap="jit(DDP(net))")
     with pytest.raises(ValueError, match="debug must be one of"):
         W.train_steps(debug="VERBOSE")

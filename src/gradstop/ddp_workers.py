@@ -549,3 +549,53 @@ def compiled_steps(wrap="compile(DDP(net))", steps=3, backend="aot_eager", **opt
         body_after = net.body.weight.flatten().tolist()
     torch._dynamo.reset()  # the next run's Net is compiled afresh
     return {"steps": seen, "failed": failed, "body after AdamW": body_after}
+
+
+class BigNet(nn.Module):
+    """``head(body(x).detach())`` with 700 features: its 3.9 MB of gradients are more
+    than the 1 MiB of DDP's first bucket, so the compiler splits the graph there."""
+
+    def __init__(self, features: int = 700):
+        super().__init__()
+        self.features = features
+        self.body = nn.Linear(features, features, bias=False)
+        self.head = nn.Sequential(
+            nn.Linear(features, features, bias=False), nn.Linear(features, 1, bias=False)
+        )
+
+    def forward(self, x):
+        return self.head(self.body(x).detach())
+
+
+def _state(grad) -> str:
+    if grad is None:
+        return "None"
+    return "zeros" if not bool(grad.any()) else "non-zero"
+
+
+def compiled_big_steps(wrap="compile(DDP(net))", steps=3, optimize_ddp=True, backend="aot_eager"):
+    """``compiled_steps`` for ``BigNet``: the step that raised (and its message's first
+    line), and what the body's ``.grad`` held after each step that ran. ``optimize_ddp``
+    is ``torch._dynamo.config.optimize_ddp`` (splitting the graph at DDP's buckets)."""
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
+    net = BigNet()
+    with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
+        if wrap == "compile(DDP(net))":
+            model = torch.compile(DDP(net), backend=backend)
+        elif wrap == "DDP(compile(net))":
+            model = DDP(torch.compile(net, backend=backend))
+        else:
+            model = DDP(net)
+        seen, failed = [], None
+        x = torch.full((1, net.features), float(dist.get_rank() + 1))
+        for step in range(1, steps + 1):
+            try:
+                net.zero_grad()
+                model(x).sum().backward()
+            except RuntimeError as err:
+                failed = (step, str(err).splitlines()[0])
+                break
+            seen.append(_state(net.body.weight.grad))
+    torch._dynamo.reset()
+    return {"failed": failed, "body": seen}
