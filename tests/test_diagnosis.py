@@ -1901,3 +1901,30 @@ def test_diagnose_step_says_when_the_block_raised_before_backward_and_prints_rep
     with gp.diagnose_step(model):  # another block: printed, though the report is the same
         model(INPUTS).sum().backward()
     assert capsys.readouterr().out.count("diagnose_step: backward() from") == 1
+
+
+def test_diagnose_step_sees_gradient_clipping_called_before_backward():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    original = torch.nn.utils.clip_grad_norm_
+    for early in (True, False):
+        with gp.diagnose_step(model, optimizer, show=False) as step:
+            optimizer.zero_grad()
+            loss = (model(INPUTS) - TARGETS).pow(2).mean()
+            if early:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            loss.backward()
+            if not early:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+        said = [n for n in step.notes if n.startswith("clip_grad_norm_() ran before")]
+        assert len(said) == (1 if early else 0), early
+    assert torch.nn.utils.clip_grad_norm_ is original  # unwrapped after the block
+
+
+def test_a_nan_gradient_from_a_nan_loss_does_not_point_at_an_absent_note():
+    model = small_model()
+    with gp.diagnose_step(model, show=False) as step:
+        (model(INPUTS) * float("inf")).sum().backward()
+    assert all(text.startswith("the loss itself is NaN or inf") for text in step.problems.values())
+    assert not any("NaN or inf, although the loss is finite" in n for n in step.notes)

@@ -187,11 +187,38 @@ class _Watch:
         for owner in (optimizer, model):
             if owner is not None:
                 self._watch_zero_grad(owner)
+        self.clips: list[tuple[str, int]] = []  # (function, backward passes before it)
+        self.patched: list[tuple[object, str, object]] = []
+        self._watch_clipping()
         self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
         self.flat: list[str] = []  # flat operations on the losses' graphs (set at the end)
+        self.losses: list[torch.Tensor] = []  # the tensors backward() ran from (at the end)
         if model is not None:
             hook = model.register_forward_pre_hook(self._note_inputs, with_kwargs=True)
             self.forward_handles.append(hook)
+
+    def _watch_clipping(self) -> None:
+        """Note each clip_grad_norm_() / clip_grad_value_() call, and when it ran."""
+        for module in (torch.nn.utils, torch.nn.utils.clip_grad):
+            for name in ("clip_grad_norm_", "clip_grad_value_"):
+                original = getattr(module, name)
+                if getattr(original, "_gradstop_watch", False):
+                    continue  # already wrapped (the same function under two names)
+
+                def clipping(*args, _original=original, _name=name, **kwargs):
+                    self.clips.append((_name, self.backward_passes()))
+                    return _original(*args, **kwargs)
+
+                clipping._gradstop_watch = True
+                setattr(module, name, clipping)
+                self.patched.append((module, name, original))
+
+    def clipped_too_early(self) -> str:
+        """The clipping function that ran only before the block's last backward()."""
+        last = self.backward_passes()
+        early = [name for name, n in self.clips if n < last]
+        after = [name for name, n in self.clips if n == last]
+        return early[0] if last and early and not after else ""
 
     def _note_inputs(self, module, args, kwargs) -> None:
         for value in (*args, *kwargs.values()):
@@ -262,6 +289,8 @@ class _Watch:
         return {id(p) for group in self.optimizer.param_groups for p in group["params"]}
 
     def close(self) -> None:
+        for module, name, original in reversed(self.patched):
+            setattr(module, name, original)
         if self.handle is not None:
             self.handle.remove()
         for handle in self.forward_handles:
@@ -316,7 +345,7 @@ def _losses(recording: Recording, caller) -> tuple[list, list[str]]:
 def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
     """Diagnose every watched tensor against the losses backward() ran from."""
     losses, loss_names = _losses(recording, caller)
-    watch.flat = _flat_operations(losses)
+    watch.flat, watch.losses = _flat_operations(losses), losses
     model = watch.model
     modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
     held, rows = watch.held(), []
@@ -344,7 +373,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model) + _full_hook_note(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
-    found.notes += _comparison_note(caller)
+    found.notes += _comparison_note(caller) + _clip_note(watch)
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
     found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
@@ -367,7 +396,8 @@ def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple
             name=row.name, attr=row.name.rsplit(".", 1)[-1]
         )
     if verdict and not problem and _non_finite_grad(tensor):
-        return "its .grad holds NaN or inf", _NON_FINITE
+        finite = all(bool(torch.isfinite(t.detach()).all()) for t in watch.losses)
+        return "its .grad holds NaN or inf", _NON_FINITE if finite else _NON_FINITE_LOSS
     if _updated_by_hand(diagnosis, before, tensor, watch):
         return "", ""  # filled, used and reset inside the block: a fine step
     if diagnosis is not None and diagnosis.reason is Reason.NOT_YET and watch.cleared_last():
@@ -421,6 +451,13 @@ _NON_FINITE = (
 )
 
 
+_NON_FINITE_LOSS = (
+    "the loss itself is NaN or inf, so every gradient from it is: find the step where the "
+    "loss first stops being finite (print it each step) and what made it grow there (a "
+    "learning rate too high, gradients left unclipped, a log or division at 0)."
+)
+
+
 def _non_finite_grad(tensor) -> bool:
     # a non-leaf's .grad is read only if it keeps one (reading it otherwise warns)
     grad = tensor.grad if (tensor.is_leaf or tensor.retains_grad) else None
@@ -466,6 +503,19 @@ def _shared_variables(hooks) -> dict[str, object]:
         if variable in first.__globals__ and all(h.__globals__ is first.__globals__ for h in hooks):
             shared[variable] = first.__globals__[variable]
     return {k: v for k, v in shared.items() if isinstance(v, (int, float, torch.Tensor))}
+
+
+def _clip_note(watch: _Watch) -> tuple[str, ...]:
+    """Gradient clipping called before the backward() whose gradient the step uses."""
+    name = watch.clipped_too_early()
+    if not name:
+        return ()
+    return (
+        f"{name}() ran before the block's last backward(), so it clipped what .grad held "
+        "then (after zero_grad(): nothing), and the gradient backward() computed afterwards "
+        "reached optimizer.step() unclipped: call it after loss.backward() and before "
+        "optimizer.step()",
+    )
 
 
 def _input_note(names: list[str]) -> tuple[str, ...]:
