@@ -1928,3 +1928,24 @@ def test_a_nan_gradient_from_a_nan_loss_does_not_point_at_an_absent_note():
         (model(INPUTS) * float("inf")).sum().backward()
     assert all(text.startswith("the loss itself is NaN or inf") for text in step.problems.values())
     assert not any("NaN or inf, although the loss is finite" in n for n in step.notes)
+
+
+def test_diagnose_step_tells_a_layer_left_out_of_the_groups_from_a_stale_optimizer():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 1))
+    partial = torch.optim.SGD([{"params": model[1].parameters()}], lr=0.1)
+    with gp.diagnose_step(model, partial, show=False) as step:
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        partial.step()
+    left_out = {r.name: r.verdict for r in step.rows if r.problem}
+    assert set(left_out) == {"0.weight", "0.bias"}
+    assert set(left_out.values()) == {
+        "the gradient arrives, but no param group of the optimizer lists it"
+    }
+    stale = torch.optim.SGD(model.parameters(), lr=0.1)
+    model[1] = nn.Linear(4, 1)  # replaced after the optimizer was built
+    with gp.diagnose_step(model, stale, show=False) as step:
+        (model(INPUTS) - TARGETS).pow(2).mean().backward()
+        stale.step()
+    assert {r.verdict for r in step.rows if r.name in ("1.weight", "1.bias")} == {
+        "the gradient arrives, but the optimizer does not hold it"
+    }

@@ -845,13 +845,7 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
     if watch.step_before_backward and reached and row.in_optimizer:
         return _early_step_remark(row)
     if watch.steps and reached and row.in_optimizer is False and not unregistered:
-        return (
-            "the gradient arrives, but the optimizer does not hold it",
-            "optimizer.step() never changes it: the optimizer holds another tensor (a "
-            "parameter replaced after the optimizer was built, or an optimizer built from "
-            "another model's parameters): build the optimizer from the model you train, "
-            "after it is final.",
-        )
+        return _not_held_remark(watch)
     if reached and row.grad_at_step == "None" and not row.changed:
         return (
             "optimizer.step() ran while its .grad was None",
@@ -910,6 +904,34 @@ def _flat_advice(flat: list[str]) -> str:
         "0/1 outputs, binary cross-entropy on the logits), or, to keep it in the forward "
         "pass, use a straight-through estimator: x + (x.round() - x).detach()."
     )
+
+
+def _not_held_remark(watch: _Watch) -> tuple[str, str]:
+    """The model's tensor is not among the optimizer's: left out, or a stale optimizer."""
+    if _groups_leave_out(watch):
+        return (
+            "the gradient arrives, but no param group of the optimizer lists it",
+            "optimizer.step() never changes it: every tensor the optimizer holds is one "
+            "of the model's, but its param groups leave this one out; add it, "
+            "optimizer.add_param_group({'params': [...], 'lr': ...}), or list its module "
+            "in the groups when building the optimizer.",
+        )
+    return (
+        "the gradient arrives, but the optimizer does not hold it",
+        "optimizer.step() never changes it: the optimizer holds another tensor (a "
+        "parameter replaced after the optimizer was built, or an optimizer built from "
+        "another model's parameters): build the optimizer from the model you train, "
+        "after it is final.",
+    )
+
+
+def _groups_leave_out(watch: _Watch) -> bool:
+    """Every tensor the optimizer holds is one of the model's: it lacks some, holds no
+    stale copy."""
+    held = watch.held()
+    if watch.model is None or not held:
+        return False
+    return held <= {id(p) for p in watch.model.parameters()}
 
 
 def _early_step_remark(row: StepRow) -> tuple[str, str]:
