@@ -1949,3 +1949,44 @@ def test_diagnose_step_tells_a_layer_left_out_of_the_groups_from_a_stale_optimiz
     assert {r.verdict for r in step.rows if r.name in ("1.weight", "1.bias")} == {
         "the gradient arrives, but the optimizer does not hold it"
     }
+
+
+def _reverse_and_forget(grad):
+    grad = -grad  # rebinds the name only: the hook returns None
+
+
+def _reverse(grad):
+    return -grad
+
+
+def _log_only(grad):
+    print(grad.norm())  # returns nothing, and means to
+
+
+@pytest.mark.parametrize(
+    "hook, flagged", [(_reverse_and_forget, True), (_reverse, False), (_log_only, False)]
+)
+def test_diagnose_step_names_a_hook_whose_new_gradient_is_thrown_away(hook, flagged, capsys):
+    model = small_model()
+    with gp.diagnose_step(model, show=False) as step:
+        hidden = model(INPUTS)
+        hidden.register_hook(hook)
+        hidden.sum().backward()
+    said = [n for n in step.notes if "returns nothing, so the new value is thrown away" in n]
+    assert len(said) == int(flagged)
+    if flagged:
+        assert "`return -grad`" in said[0] and "_reverse_and_forget" in said[0]
+
+
+def test_a_second_derivative_without_create_graph_is_named_and_its_input_not_doubted():
+    model = nn.Sequential(nn.Linear(1, 8), nn.Tanh(), nn.Linear(8, 1))
+    x = torch.linspace(0, 1, 5).unsqueeze(1).requires_grad_()
+    with (
+        pytest.raises(RuntimeError, match="element 0"),
+        gp.diagnose_step(model, show=False) as step,
+    ):
+        u = model(x)
+        du = torch.autograd.grad(u, x, torch.ones_like(u))[0]  # no create_graph=True
+        torch.autograd.grad(du, x, torch.ones_like(du))
+    assert "ran without create_graph=True" in step.explained
+    assert not any(n.startswith("x: passed to the model") for n in step.notes)

@@ -63,7 +63,27 @@ def explain(error: str, recording: Recording, modules: dict) -> str:
     for start, text in EXPLAINED.items():
         if _starts(error, start):
             culprit = _in_place_culprit(error, recording, modules) if "inplace" in start else ""
+            if start.startswith("element 0"):
+                culprit = _graphless_gradient(recording)
             return text + culprit
+    return ""
+
+
+def _graphless_gradient(recording: Recording) -> str:
+    """A torch.autograd.grad() whose result has no graph (no create_graph=True)."""
+    from .recorder import grad_calls
+
+    for call in grad_calls(recording):
+        made = [recording.states[i].tensor for i in call.outputs]
+        if made and all(t.grad_fn is None for t in made):
+            where = f" ({call.where})" if call.where else ""
+            return (
+                f". Here: torch.autograd.grad(){where} ran without create_graph=True, so "
+                "the gradient it returned has no graph, and differentiating it again (a "
+                "second derivative, a gradient penalty) raises this: pass "
+                "create_graph=True to that call, and to each call whose result is "
+                "differentiated again"
+            )
     return ""
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import inspect
 import linecache
 import sys
 import textwrap
@@ -354,7 +355,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         known = {id(t) for _, t, _ in candidates} | (held or set())
         outside = naming.outside_leaves(losses, known, caller)
         candidates += [(n, t, False) for n, t in outside if id(t) not in watch.inputs]
-        found.notes += _input_note([n for n, t in outside if id(t) in watch.inputs])
+        found.notes += _input_note(outside, watch, recording)
     for name, tensor, registered in candidates:
         in_optimizer = None if held is None else id(tensor) in held
         flag = False if registered is False and not in_optimizer else None
@@ -373,7 +374,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
     found.notes += _eval_note(model, rows) + attribute_notes(model) + _full_hook_note(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
-    found.notes += _comparison_note(caller) + _clip_note(watch)
+    found.notes += _code_notes(caller, watch, recording)
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
     found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
@@ -505,6 +506,68 @@ def _shared_variables(hooks) -> dict[str, object]:
     return {k: v for k, v in shared.items() if isinstance(v, (int, float, torch.Tensor))}
 
 
+def _code_notes(caller, watch: _Watch, recording: Recording) -> tuple[str, ...]:
+    """What the reader's code did that changes nothing it meant to change."""
+    discarded = _discarded_hook_note(recording, watch.candidates)
+    return _comparison_note(caller) + _clip_note(watch) + discarded
+
+
+def _discarded_hook_note(recording: Recording, candidates) -> tuple[str, ...]:
+    """A tensor hook that rebinds its gradient argument and returns nothing: the new
+    value is thrown away, and PyTorch keeps the gradient it passed in."""
+    tensors = [state.tensor for state in recording.states] + [t for _, t, _ in candidates]
+    hooks = {
+        id(h): h
+        for t in tensors
+        for h in (getattr(t, "_backward_hooks", None) or {}).values()
+        if getattr(h, "__code__", None) is not None and h.__name__ != "<lambda>"
+    }
+    notes = []
+    for hook in hooks.values():
+        rebound = _rebound_without_return(hook)
+        if rebound is not None:
+            argument, value = rebound
+            notes.append(
+                f"the hook {hook_name(hook)} sets {argument} = {value} and returns nothing, "
+                f"so the new value is thrown away and the gradient goes on unchanged: "
+                f"return it instead, `return {value}`"
+            )
+    return tuple(notes)
+
+
+def _rebound_without_return(hook) -> tuple[str, str] | None:
+    """(argument, new value) if ``hook`` assigns to its first argument and never returns
+    a value; else None."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(hook)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    function = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)), None)
+    if function is None or not function.args.args:
+        return None
+    argument = function.args.args[0].arg
+    assigned, returns = None, False
+    for node in _own_nodes(function):
+        if isinstance(node, ast.Return) and node.value is not None:
+            returns = returns or not (
+                isinstance(node.value, ast.Constant) and node.value.value is None
+            )
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(t, ast.Name) and t.id == argument for t in targets):
+            assigned = ast.unparse(node.value)
+    return (argument, assigned) if assigned and not returns else None
+
+
+def _own_nodes(function):
+    """The nodes of a function's body, not those of functions defined inside it."""
+    stack = list(function.body)
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
 def _clip_note(watch: _Watch) -> tuple[str, ...]:
     """Gradient clipping called before the backward() whose gradient the step uses."""
     name = watch.clipped_too_early()
@@ -518,8 +581,11 @@ def _clip_note(watch: _Watch) -> tuple[str, ...]:
     )
 
 
-def _input_note(names: list[str]) -> tuple[str, ...]:
-    """Tensors passed to the model that require grad: data, not parameters to register."""
+def _input_note(outside, watch: _Watch, recording: Recording) -> tuple[str, ...]:
+    """Tensors passed to the model that require grad: data, not parameters to register
+    (unless a backward pass asked for their gradient: inputs= or autograd.grad)."""
+    asked = {id(t) for p in passes(recording) for t in (p.inputs or ())}
+    names = [n for n, t in outside if id(t) in watch.inputs and id(t) not in asked]
     if not names:
         return ()
     which = ", ".join(names)
