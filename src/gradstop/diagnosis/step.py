@@ -950,10 +950,20 @@ FLAT = {
 }
 
 
+# Operations whose derivative is zero wherever the input lies outside their bounds.
+SATURATING = {
+    "ClampBackward1": "clamp()",
+    "HardtanhBackward0": "hardtanh()",
+    "ReluBackward0": "relu()",
+}
+
+
 def _flat_operations(losses) -> list[str]:
-    """The flat operations (round(), sign(), ...) on the backward graph of the losses."""
-    found = {FLAT.get(type(n).__name__) for t in losses for n in backward_nodes(t)}
-    return sorted(found - {None})
+    """The flat operations (round(), sign(), ...) on the backward graph of the losses,
+    else the saturating ones (clamp(), relu(), ...), each marked "saturating:"."""
+    names = {type(n).__name__ for t in losses for n in backward_nodes(t)}
+    flat = sorted({FLAT[n] for n in names if n in FLAT})
+    return flat or sorted(f"saturating:{SATURATING[n]}" for n in names if n in SATURATING)
 
 
 def _flat_advice(flat: list[str]) -> str:
@@ -962,6 +972,15 @@ def _flat_advice(flat: list[str]) -> str:
             "something on the path has a zero derivative here (a flat step such as round() "
             "or sign(), a clamp() past its bound, ReLUs that are all off): look at each "
             "operation between the parameter and the loss."
+        )
+    if flat[0].startswith("saturating:"):
+        ops = " and ".join(name.split(":", 1)[1] for name in flat)
+        return (
+            f"the loss passes through {ops}, whose derivative is zero wherever the input lies "
+            f"outside its bounds{' (below 0 for relu())' if 'relu()' in ops else ''}, so if "
+            "every input fell outside them, every gradient behind it is zero. Look at the "
+            "input's range: standardise the inputs (and initialise small), or use a smooth "
+            "function instead (sigmoid for a clamp to [0, 1])."
         )
     ops = " and ".join(flat)
     return (
