@@ -206,15 +206,9 @@ def hooks_and_reduction(scale_on_rank_0=None, wrap="eager DDP(net)", backend="ao
     makes that hook multiply rank 0's gradient by 10; ``wrap`` (one of ``WRAPS``)
     compiles the model outside or inside DDP.
     """
-    if wrap not in WRAPS:
-        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
-    rank = dist.get_rank()
     layer = nn.Linear(3, 1, bias=False)
-    if wrap == "DDP(compile(net))":
-        ddp = model = DDP(torch.compile(layer, backend=backend))
-    else:
-        ddp = DDP(layer)
-        model = torch.compile(ddp, backend=backend) if wrap == "compile(DDP(net))" else ddp
+    ddp, model = wrapped(layer, wrap, backend)
+    rank = dist.get_rank()
     weight = layer.weight
     events = []
 
@@ -517,6 +511,18 @@ def simsiam_sync_batchnorm(variant="stop-gradient (SimSiam)", sync=True):
 WRAPS = ("eager DDP(net)", "compile(DDP(net))", "DDP(compile(net))")
 
 
+def wrapped(net: nn.Module, wrap: str, backend: str = "aot_eager", **options):
+    """``net`` in DDP (``**options``), compiled as ``wrap`` (one of ``WRAPS``) says:
+    the DDP module (for a communication hook) and the module to call."""
+    if wrap not in WRAPS:
+        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
+    if wrap == "DDP(compile(net))":
+        ddp = DDP(torch.compile(net, backend=backend), **options)
+        return ddp, ddp
+    ddp = DDP(net, **options)
+    return ddp, torch.compile(ddp, backend=backend) if wrap == "compile(DDP(net))" else ddp
+
+
 def compiled_steps(wrap="compile(DDP(net))", steps=3, backend="aot_eager", **options):
     """``steps`` passes of the detaching ``Net`` under DDP, compiled as ``wrap`` says.
 
@@ -525,15 +531,8 @@ def compiled_steps(wrap="compile(DDP(net))", steps=3, backend="aot_eager", **opt
     weight decay (lr 0.1, weight_decay 0.1): AdamW skips a parameter whose ``.grad``
     is None and decays one whose ``.grad`` is a tensor, zeros or not.
     """
-    if wrap not in WRAPS:
-        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
     net = Net("head(body(x).detach())")
-    if wrap == "compile(DDP(net))":
-        model = torch.compile(DDP(net, **options), backend=backend)
-    elif wrap == "DDP(compile(net))":
-        model = DDP(torch.compile(net, backend=backend), **options)
-    else:
-        model = DDP(net, **options)
+    _, model = wrapped(net, wrap, backend, **options)
     seen, failed = [], None
     for step in range(1, steps + 1):
         try:
@@ -577,16 +576,9 @@ def compiled_big_steps(wrap="compile(DDP(net))", steps=3, optimize_ddp=True, bac
     """``compiled_steps`` for ``BigNet``: the step that raised (and its message's first
     line), and what the body's ``.grad`` held after each step that ran. ``optimize_ddp``
     is ``torch._dynamo.config.optimize_ddp`` (splitting the graph at DDP's buckets)."""
-    if wrap not in WRAPS:
-        raise ValueError(f"wrap must be one of {WRAPS}, got {wrap!r}")
     net = BigNet()
     with torch._dynamo.config.patch(optimize_ddp=optimize_ddp):
-        if wrap == "compile(DDP(net))":
-            model = torch.compile(DDP(net), backend=backend)
-        elif wrap == "DDP(compile(net))":
-            model = DDP(torch.compile(net, backend=backend))
-        else:
-            model = DDP(net)
+        _, model = wrapped(net, wrap, backend)
         seen, failed = [], None
         x = torch.full((1, net.features), float(dist.get_rank() + 1))
         for step in range(1, steps + 1):
