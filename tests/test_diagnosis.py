@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import clip_grad_norm_ as clip_norm
 
 import gradstop as gp
 from gradstop import diagnosis
@@ -323,6 +324,28 @@ def test_a_detached_copy_names_what_made_it():
     assert found.reason is Reason.DETACHED
     assert "u was made by detach() from w" in found.sentence
     assert gp.why_no_grad(loss, u).reason is Reason.NO_REQUIRES_GRAD
+
+
+@torch.no_grad()
+def _embedded(w):
+    return w * 2
+
+
+@torch.enable_grad()
+def _recorded(w):
+    return w * 2
+
+
+def test_a_no_grad_decorator_is_named_by_its_function():
+    w = leaf()
+    with gp.record() as rec:
+        loss = (_embedded(w) * X).sum() + w.sum()
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert "inside _embedded(), which is decorated with @torch.no_grad()" in found.sentence
+    with gp.record() as rec, torch.no_grad():
+        loss = (_recorded(w) * X).sum()  # enable_grad() is not the cut: no name
+    found = gp.why_no_grad(loss, w, recording=rec)
+    assert "decorated with" not in found.sentence.split("(a function")[0]
 
 
 def test_a_numpy_round_trip_names_the_detach_and_the_exit():
@@ -1486,6 +1509,14 @@ def test_a_frozen_layer_is_its_own_line_not_a_problem():
     text = str(step)
     assert "Frozen (requires_grad=False" in text and "0.weight,\n  0.bias" in text
     assert "changed it): 2.weight, 2.bias" in text
+    assert "The optimizer was given" not in text  # it holds only what trains
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)  # the frozen layer too
+    with gp.diagnose_step(model, opt, show=False) as step:
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+    assert step.problems == {}
+    assert "The optimizer was given them: if any should train" in " ".join(str(step).split())
 
 
 def test_a_frozen_parameter_is_marked_frozen_in_grad_report():
@@ -1921,6 +1952,22 @@ def test_diagnose_step_sees_gradient_clipping_called_before_backward():
         said = [n for n in step.notes if n.startswith("clip_grad_norm_() ran before")]
         assert len(said) == (1 if early else 0), early
     assert torch.nn.utils.clip_grad_norm_ is original  # unwrapped after the block
+
+
+def test_clipping_imported_under_another_name_is_seen_and_not_called_fine():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    original = clip_norm
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        loss = (model(INPUTS) - TARGETS).pow(2).mean()
+        clip_norm(model.parameters(), 1.0)  # too early: .grad is None here
+        loss.backward()
+        optimizer.step()
+    assert [n for n in step.notes if n.startswith("clip_grad_norm_() ran before")]
+    text = " ".join(str(step).split())
+    assert "but unclipped (see the note)" in text and "Fine (" not in text
+    assert clip_norm is original  # the module's name is restored after the block
 
 
 def test_a_nan_gradient_from_a_nan_loss_does_not_point_at_an_absent_note():

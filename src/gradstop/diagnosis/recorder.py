@@ -40,6 +40,7 @@ _LIBRARIES = tuple(
 )
 _HOOKS_FILE = os.path.join("torch", "utils", "hooks.py")
 _FUNCTION_FILE = os.path.join("torch", "autograd", "function.py")
+_CONTEXTLIB = os.path.join("torch", "utils", "_contextlib.py")
 _OPTIM = os.path.join("torch", "optim", "")
 # The region of a call an optimizer's step made: not part of the forward pass.
 STEP = "optimizer.step()"
@@ -271,7 +272,21 @@ def _where() -> str:
     if not text:
         return ""
     shown = f"`{text if len(text) <= 60 else text[:57] + '...'}`, line {frame.f_lineno}"
-    return shown + _in_forward_hook(frame)
+    return shown + _in_forward_hook(frame) + _in_decorated(frame)
+
+
+def _in_decorated(frame) -> str:
+    """Name the function whose @torch.no_grad() (or inference_mode) turned recording off."""
+    below, caller = frame, frame.f_back
+    while caller is not None:
+        code = caller.f_code
+        if code.co_name == "decorate_context" and code.co_filename.endswith(_CONTEXTLIB):
+            mode = type(getattr(caller.f_locals.get("ctx_factory"), "__self__", None))
+            if mode in (torch.no_grad, torch.inference_mode):
+                name = below.f_code.co_qualname
+                return f", inside {name}(), which is decorated with @torch.{mode.__name__}()"
+        below, caller = caller, caller.f_back
+    return ""
 
 
 def _in_forward_hook(frame) -> str:

@@ -64,6 +64,7 @@ class StepReport:
     explained: str = ""  # what the error means, and its fix
     unchecked: tuple[str, ...] = ()  # custom Functions on the path: values not checked
     behind: frozenset[str] = frozenset()  # the rows whose gradient came back through one
+    unclipped: bool = False  # clipping ran only before the last backward(): see the note
     recording: Recording | None = field(default=None, repr=False)
 
     @property
@@ -190,7 +191,7 @@ class _Watch:
                 self._watch_zero_grad(owner)
         self.clips: list[tuple[str, int]] = []  # (function, backward passes before it)
         self.patched: list[tuple[object, str, object]] = []
-        self._watch_clipping()
+        self._watch_clipping(caller)
         self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
         self.flat: list[str] = []  # flat operations on the losses' graphs (set at the end)
         self.losses: list[torch.Tensor] = []  # the tensors backward() ran from (at the end)
@@ -198,21 +199,28 @@ class _Watch:
             hook = model.register_forward_pre_hook(self._note_inputs, with_kwargs=True)
             self.forward_handles.append(hook)
 
-    def _watch_clipping(self) -> None:
-        """Note each clip_grad_norm_() / clip_grad_value_() call, and when it ran."""
-        for module in (torch.nn.utils, torch.nn.utils.clip_grad):
-            for name in ("clip_grad_norm_", "clip_grad_value_"):
-                original = getattr(module, name)
-                if getattr(original, "_gradstop_watch", False):
-                    continue  # already wrapped (the same function under two names)
+    def _watch_clipping(self, caller) -> None:
+        """Note each clip_grad_norm_() / clip_grad_value_() call, and when it ran: as
+        torch.nn.utils.<name>, and under any name the caller's module imported it as."""
+        wrappers: dict[int, object] = {}
+        for name in ("clip_grad_norm_", "clip_grad_value_"):
+            original = getattr(torch.nn.utils.clip_grad, name)
+            if not getattr(original, "_gradstop_watch", False):  # not wrapped already
+                wrappers[id(original)] = self._clipping(original, name)
+        namespaces = (vars(torch.nn.utils), vars(torch.nn.utils.clip_grad), caller.f_globals)
+        for names in namespaces:
+            for key, value in list(names.items()):
+                if id(value) in wrappers:
+                    names[key] = wrappers[id(value)]
+                    self.patched.append((names, key, value))
 
-                def clipping(*args, _original=original, _name=name, **kwargs):
-                    self.clips.append((_name, self.backward_passes()))
-                    return _original(*args, **kwargs)
+    def _clipping(self, original, name: str):
+        def clipping(*args, **kwargs):
+            self.clips.append((name, self.backward_passes()))
+            return original(*args, **kwargs)
 
-                clipping._gradstop_watch = True
-                setattr(module, name, clipping)
-                self.patched.append((module, name, original))
+        clipping._gradstop_watch = True
+        return clipping
 
     def clipped_too_early(self) -> str:
         """The clipping function that ran only before the block's last backward()."""
@@ -290,8 +298,8 @@ class _Watch:
         return {id(p) for group in self.optimizer.param_groups for p in group["params"]}
 
     def close(self) -> None:
-        for module, name, original in reversed(self.patched):
-            setattr(module, name, original)
+        for names, key, original in reversed(self.patched):
+            names[key] = original
         if self.handle is not None:
             self.handle.remove()
         for handle in self.forward_handles:
@@ -367,7 +375,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         verdict, problem = _verdict(row, tensor, before, watch, bool(found.error))
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
-    found.optimizer = watch.optimizer is not None
+    found.optimizer, found.unclipped = watch.optimizer is not None, bool(watch.clipped_too_early())
     found.notes = _ddp_note(watch) + found.notes  # first: it explains rows that all read "Fine"
     found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
@@ -1072,7 +1080,8 @@ def _lines(report: StepReport) -> list[str]:
 
 def _fine_and_frozen_lines(report: StepReport) -> list[str]:
     """The rows with nothing to fix: one line for the fine ones, one for the frozen ones."""
-    frozen = [r.name for r in report.rows if r.verdict == FROZEN]
+    frozen_rows = [r for r in report.rows if r.verdict == FROZEN]
+    frozen = [r.name for r in frozen_rows]
     ok = [r for r in report.rows if r.diagnosis is not None and not r.problem]
     through = [r.name for r in ok if r.verdict != FROZEN and r.name in report.behind]
     fine = [r.name for r in ok if r.verdict != FROZEN and r.name not in through]
@@ -1084,13 +1093,31 @@ def _fine_and_frozen_lines(report: StepReport) -> list[str]:
         )
     if fine:
         moved = ", and optimizer.step() changed it" if report.steps else ""
-        said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
+        if report.unclipped:  # not "Fine": the step took the gradient unclipped
+            said.append(f"The gradient arrived{moved}, but unclipped (see the note): ")
+            said[-1] += ", ".join(fine)
+        else:
+            said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
     if frozen:
         said.append(
             "Frozen (requires_grad=False, so no gradient, as a frozen layer should be; to "
-            "train one, call requires_grad_() on it before the forward pass): " + ", ".join(frozen)
+            "train one, call requires_grad_() on it before the forward pass): "
+            + ", ".join(frozen)
+            + _held_while_frozen(frozen_rows)
         )
     return [textwrap.fill(line, 78, subsequent_indent="  ") for line in said]
+
+
+def _held_while_frozen(frozen: list[StepRow]) -> str:
+    """Frozen tensors the optimizer was given: say so, in case the freezing caught too much."""
+    held = sum(1 for r in frozen if r.in_optimizer)
+    if not held:
+        return ""
+    return (
+        f". The optimizer was given {'them' if held == len(frozen) else f'{held} of them'}: "
+        "if any should train, find what set requires_grad=False on it (a freezing loop's "
+        "condition, a requires_grad_(False) on a whole module)."
+    )
 
 
 def _grouped(rows: list[StepRow]) -> list[tuple[list[str], StepRow]]:
