@@ -1,5 +1,6 @@
 """Unit tests of gradstop.diagnosis: why_no_grad, grad_report and the decision tree."""
 
+import contextlib
 import copy
 import html
 import re
@@ -1426,6 +1427,46 @@ def test_the_errors_readers_meet_are_explained(error, words):
 
     text = explain(error, gp.forward.Recording(), {})
     assert (words in text) if words else text == ""
+
+
+def _rnn_steps(carry, steps=2):
+    """Steps of an RNN whose state is carried from one step to the next by ``carry``;
+    the report of the step that raised (or of the last step)."""
+    torch.manual_seed(0)
+    rnn, head = nn.LSTM(3, 4, batch_first=True), nn.Linear(4, 1)
+    model = nn.ModuleDict({"rnn": rnn, "head": head})
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    state = None
+    for _ in range(steps):
+        with contextlib.suppress(RuntimeError):
+            with gp.diagnose_step(model, optimizer, show=False) as step:
+                out, state = rnn(torch.ones(2, 5, 3), carry(state))
+                optimizer.zero_grad()
+                head(out[:, -1]).pow(2).mean().backward()
+                optimizer.step()
+        if step.error:
+            break
+    return step
+
+
+def test_a_second_backward_names_the_state_carried_in_from_the_step_before():
+    kept = _rnn_steps(lambda state: state)
+    assert "Trying to backward through the graph a second time" in kept.error
+    here = kept.explained.split("Here: ")[1]
+    assert here.startswith("state[0], state[1] came into this step still holding an earlier")
+    assert here.endswith("(state = tuple(t.detach() for t in state))")
+    detached = _rnn_steps(lambda s: s if s is None else tuple(t.detach() for t in s), steps=3)
+    assert detached.error == "" and detached.problems == {}
+
+
+def test_a_second_backward_of_the_same_loss_names_no_carried_state():
+    model = small_model()
+    with contextlib.suppress(RuntimeError):
+        with gp.diagnose_step(model, show=False) as step:
+            loss = model(INPUTS).pow(2).mean()
+            loss.backward()
+            loss.backward()
+    assert "second time" in step.error and "Here:" not in step.explained
 
 
 def test_a_leaf_scaled_at_creation_gets_the_make_it_last_fix_first():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+import torch
+
 from ..forward import Recording
 from .recorded import name_of, op_text
 
@@ -65,6 +67,8 @@ def explain(error: str, recording: Recording, modules: dict) -> str:
             culprit = _in_place_culprit(error, recording, modules) if "inplace" in start else ""
             if start.startswith("element 0"):
                 culprit = _graphless_gradient(recording)
+            if start.startswith("Trying to backward through the graph a second time"):
+                culprit = _carried_in(recording)
             return text + culprit
     return ""
 
@@ -85,6 +89,43 @@ def _graphless_gradient(recording: Recording) -> str:
                 "differentiated again"
             )
     return ""
+
+
+def carried(names: dict) -> dict[int, str]:
+    """The tensors among ``names`` (a frame's variables) that still hold a graph, such
+    as an RNN's state from an earlier step: {id: "h"}, or "state[0]" in a tuple."""
+    found: dict[int, str] = {}
+    for name, value in names.items():
+        if name.startswith("_"):
+            continue
+        items = value if isinstance(value, (tuple, list)) and len(value) <= 4 else (value,)
+        for i, t in enumerate(items):
+            if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                found.setdefault(id(t), name if items is not value else f"{name}[{i}]")
+    return found
+
+
+def _carried_in(recording: Recording) -> str:
+    """The tensors that came into the block with an earlier step's graph, and were used."""
+    before = recording.notes.get("carried", {})
+    used = {id(recording.states[i].tensor) for call in recording.calls for i in call.inputs}
+    named = sorted({before[i] for i in used if i in before})
+    if not named:
+        return ""
+    whole = sorted({n.split("[")[0] for n in named})
+    fix = ", ".join(
+        f"{w} = tuple(t.detach() for t in {w})"
+        if f"{w}[0]" in named or f"{w}[1]" in named
+        else f"{w} = {w}.detach()"
+        for w in whole
+    )
+    it, is_ = ("them", "they are") if len(named) > 1 else ("it", "it is")
+    return (
+        f". Here: {', '.join(named)} came into this step still holding an earlier step's "
+        f"graph (a grad_fn), and this step used {it}, so backward() went on into the part of "
+        f"that graph the earlier backward() freed: detach {it} where {is_} carried over, "
+        f"before the forward pass ({fix})"
+    )
 
 
 def _starts(error: str, start: str) -> bool:

@@ -31,7 +31,7 @@ from ..forward import Recording, _Recorder
 from ..graph import backward_nodes
 from . import names as naming
 from . import recorded, recorder
-from .errors import explain
+from .errors import carried, explain
 from .facts import hook_name
 from .recorder import passes
 from .report import Diagnosis, attribute_notes, diagnose, frozen_parameter, module_notes
@@ -95,6 +95,7 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
     """
     _check(model, optimizer, tensors)
     found, caller, recording = StepReport(), sys._getframe(2), Recording()
+    recording.notes["carried"] = carried(caller.f_locals)  # an earlier step's graph
     watch = _Watch(model, optimizer, tensors or {}, caller, recording)
     try:
         with _Recorder(recording):
