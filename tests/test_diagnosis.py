@@ -1409,7 +1409,10 @@ def test_diagnose_step_explains_an_in_place_error_and_names_the_change(capsys):
             loss.backward()
     printed = " ".join(capsys.readouterr().out.split())
     assert "What it means: a tensor saved for the gradient was changed in place" in printed, printed
-    assert "Here: 2.weight was changed by add_() (in `optimizer.step()`, line" in printed
+    assert (
+        "Here: linear() saved 2.weight (a view of it, shape [4, 1]); "
+        "then add_() (in `optimizer.step()`" in printed
+    )
 
 
 @pytest.mark.parametrize(
@@ -1427,6 +1430,54 @@ def test_the_errors_readers_meet_are_explained(error, words):
 
     text = explain(error, gp.forward.Recording(), {})
     assert (words in text) if words else text == ""
+
+
+class _Queue(nn.Module):
+    """MoCo's pattern: a buffer of keys, read by a product, then overwritten in place."""
+
+    def __init__(self, clone):
+        super().__init__()
+        self.encoder = nn.Linear(3, 4)
+        self.target = nn.Linear(5, 4).requires_grad_(False)  # the shape of queue.t()
+        self.register_buffer("queue", torch.ones(5, 4) / 2)
+        self.clone = clone
+
+    def forward(self, x):
+        with torch.no_grad():
+            self.target.weight.mul_(0.9)  # a write, of a tensor no graph saved
+        q = self.encoder(x)
+        logits = q @ (self.queue.clone() if self.clone else self.queue).t()
+        self.queue[:2] = q.detach()[:2]
+        return logits
+
+
+def test_an_in_place_error_names_the_tensor_saved_then_written_not_one_of_its_shape():
+    model = _Queue(clone=False)
+    optimizer = torch.optim.SGD(model.encoder.parameters(), lr=0.1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        with gp.diagnose_step(model, optimizer, show=False) as step:
+            model(INPUTS).sum().backward()
+    here = " ".join(step.explained.split("Here: ")[1].split())
+    assert here.startswith(
+        "matmul() saved queue (a view of it, shape [4, 5]); then an indexed assignment"
+    )
+    assert here.endswith(
+        "give matmul() a copy (queue.clone()), or make the change after backward()"
+    )
+    model = _Queue(clone=True)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        model(INPUTS).sum().backward()
+    assert step.error == ""
+
+
+def test_an_in_place_error_the_recording_cannot_place_points_to_anomaly_mode():
+    from gradstop.diagnosis.errors import explain
+
+    error = (
+        "one of the variables needed for gradient computation has been modified by an "
+        "inplace operation: [torch.FloatTensor [3]] is at version 1; expected version 0"
+    )
+    assert "set_detect_anomaly(True)" in explain(error, gp.forward.Recording(), {})
 
 
 def _rnn_steps(carry, steps=2):
@@ -1703,7 +1754,8 @@ def test_an_indexed_assignment_into_a_saved_output_is_named_as_the_in_place_chan
             gate.sum().backward()
     printed = " ".join(capsys.readouterr().out.split())
     assert (
-        "was changed by an indexed assignment, x[index] = value, which writes in place" in printed
+        "sigmoid() saved gate; then an indexed assignment, x[index] = value, which writes"
+        in printed
     ), printed
     assert "masked_fill()" in printed and "line" in printed
     # rows the crashed backward never reached say so, not "read it after a backward()"

@@ -56,6 +56,7 @@ EXPLAINED = {
 }
 _NONE = re.compile(r"'NoneType' object has no attribute|operand type\(s\) for .*'NoneType'")
 _SAVED = re.compile(r"\[torch\.\w+ \[([\d, ]*)\]\]")
+_VERSIONS = re.compile(r"is at version (\d+); expected version (\d+)")
 
 
 def explain(error: str, recording: Recording, modules: dict) -> str:
@@ -137,28 +138,63 @@ def _starts(error: str, start: str) -> bool:
 
 
 def _in_place_culprit(error: str, recording: Recording, modules: dict) -> str:
-    """The tensor of the error's shape changed in place after an operation used it."""
+    """The tensor an operation saved, then changed in place: matched by its memory, the
+    saved tensor's shape and the version the error reports (a shape alone can match a
+    weight nothing saved). Anomaly mode where the recording cannot tell."""
     match = _SAVED.search(error)
     if match is None:
         return ""
-    shape = sorted(int(n) for n in match[1].split(",") if n.strip())
-    states = recording.states
-    seen: set[int] = set()  # tensors an earlier operation took or made (and may have saved)
+    shape = [int(n) for n in match[1].split(",") if n.strip()]
+    versions = _VERSIONS.search(error)
+    found = _saved_then_changed(recording, shape, int(versions[1]) if versions else None)
+    if found is None:
+        return (
+            ". To find the operation, run the forward and the backward pass under "
+            "torch.autograd.set_detect_anomaly(True): its warning names the forward line "
+            "of the operation whose saved tensor was changed"
+        )
+    changed, write, user = found
+    name = _name(changed, recording, modules)
+    saved = name if list(changed.shape) == shape else f"{name} (a view of it, shape {shape})"
+    what = op_text(write.name) + (f" (in {write.where})" if write.where else "")
+    return (
+        f". Here: {user}() saved {saved}; then {what} wrote to it, before backward() read "
+        f"it: give {user}() a copy ({name}.clone()), or make the change after backward()"
+    )
+
+
+def _saved_then_changed(recording: Recording, shape: list[int], version: int | None):
+    """(tensor, in-place call, user's name): a tensor of ``shape`` that an operation
+    recording a graph took, whose memory a later in-place call then wrote."""
+    states, users = recording.states, []  # (storage, shape, name) of what could be saved
     for call in recording.calls:
-        ids = [id(states[i].tensor) for i in call.inputs]
-        for o in call.outputs:
-            t = states[o].tensor
-            if id(t) in ids and id(t) in seen and sorted(t.shape) == shape:
-                where = f" (in {call.where})" if call.where else ""
-                name, op = _name(t, recording, modules), op_text(call.name)
-                return f". Here: {name} was changed by {op}{where} after an operation used it"
-        seen.update(ids + [id(states[o].tensor) for o in call.outputs])
-    return ""
+        outputs = [states[o].tensor for o in call.outputs]
+        inputs = [states[i].tensor for i in call.inputs]
+        written = [t for t in outputs if any(t is x for x in inputs)]
+        for t in written:
+            memory = _memory(t)
+            if version is not None and t._version != version:
+                continue
+            for storage, used_shape, user in users:
+                if storage == memory and sorted(used_shape) == sorted(shape):  # or a .t()
+                    return t, call, user
+        if call.grad_enabled and not written and any(t.requires_grad for t in outputs):
+            # what a backward may need: the inputs, or the output (sigmoid, exp, tanh)
+            users += [(_memory(t), list(t.shape), call.name) for t in inputs + outputs]
+    return None
+
+
+def _memory(tensor) -> int | None:
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # sparse and other layouts
+        return None
 
 
 def _name(tensor, recording: Recording, modules: dict) -> str:
     for prefix, module in modules.items():
-        for name, p in module.named_parameters(recurse=False):
+        held = [*module.named_parameters(recurse=False), *module.named_buffers(recurse=False)]
+        for name, p in held:
             if p is tensor:
                 return f"{prefix}.{name}" if prefix else name
     return name_of(recording, tensor) or f"a tensor of shape {tuple(tensor.shape)}"
