@@ -1966,8 +1966,40 @@ def test_diagnose_step_names_round_when_every_gradient_is_zero():
         optimizer.zero_grad()
         (model(INPUTS) * 0).sum().backward()
         optimizer.step()
-    # no flat operation: the advice names the saturating relu() only as a possibility
-    assert all("if every input fell outside them" in text for text in step.problems.values())
+    # no flat operation, and the model's relu() passes a gradient: it is not blamed
+    assert all("look at each operation between" in text for text in step.problems.values())
+    assert not any("passes through relu()" in text for text in step.problems.values())
+
+
+def _zero_step(forward):
+    torch.manual_seed(0)
+    scorer = nn.Linear(3, 1)
+    optimizer = torch.optim.SGD(scorer.parameters(), lr=0.1)
+    with gp.diagnose_step(scorer, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        forward(scorer).backward()
+        optimizer.step()
+    return step
+
+
+def test_a_softmax_over_a_size_one_dimension_is_named_for_zero_gradients():
+    frames = torch.randn(2, 5, 3)  # (batch, time, features): one score per frame
+    wrong = _zero_step(lambda s: (torch.softmax(s(frames), dim=-1) * frames).sum())
+    assert all(
+        "softmax() of shape (2, 5, 1): a softmax over a dimension of size 1" in text
+        for text in wrong.problems.values()
+    )
+    right = _zero_step(lambda s: (torch.softmax(s(frames), dim=1) * frames).sum())
+    assert "weight" not in right.problems  # over time, the fix: a gradient arrives
+    # (the bias's gradient is zero up to rounding there: a softmax ignores a shift)
+
+
+def test_a_relu_is_named_for_zero_gradients_only_where_it_is_off_everywhere():
+    inputs = -torch.ones(4, 3)
+    off = _zero_step(lambda s: torch.relu(s(inputs) - 100).sum())
+    assert all("passes through relu()" in text for text in off.problems.values())
+    on = _zero_step(lambda s: (torch.relu(s(inputs) + 100) * 0).sum())
+    assert not any("relu()" in text for text in on.problems.values())
 
 
 def test_diagnose_step_reports_a_nan_gradient_as_a_problem_row():

@@ -939,7 +939,7 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
         return (
             "its gradient was all zeros, so optimizer.step() did not move it",
             f"Its gradient was all zeros at the step, so optimizer.step() did not move it: "
-            f"{_flat_advice(watch.flat)}",
+            f"{_flat_advice(_zero_causes(watch.losses, _tensor_of(row, watch), watch.recording))}",
         )
     if row.changed is False and row.grad_at_step == "a gradient":
         lr_zero = _lr_zero(watch, id_of(row, watch))
@@ -975,7 +975,84 @@ def _flat_operations(losses) -> list[str]:
     return flat or sorted(f"saturating:{SATURATING[n]}" for n in names if n in SATURATING)
 
 
+def _tensor_of(row: StepRow, watch: _Watch):
+    return next(t for name, t, _ in watch.candidates if name == row.name)
+
+
+def _zero_causes(losses, tensor, recording: Recording) -> list[str]:
+    """What between ``tensor`` and the losses can make its gradient zero: a flat
+    operation; a softmax over a dimension of size 1 ("size-1 softmax:"); else a
+    saturating one whose recorded output does not show it passing ("saturating:").
+    The recording's outputs stand in for the saved tensors, freed by backward()."""
+    made = {id(s.grad_fn): s.tensor for s in recording.states if s.grad_fn is not None}
+    on_path = [(n, made.get(id(n))) for t in losses for n in _nodes_leading_to(t, tensor)]
+    names = {type(n).__name__ for n, _ in on_path}
+    flat = sorted({FLAT[n] for n in names if n in FLAT})
+    single = sorted(
+        {
+            f"size-1 softmax:{_size_one_softmax(n, out)}"
+            for n, out in on_path
+            if _size_one_softmax(n, out)
+        }
+    )
+    saturating = {SATURATING[type(n).__name__] for n, out in on_path if _maybe_saturated(n, out)}
+    return flat + single or sorted(f"saturating:{name}" for name in saturating)
+
+
+def _nodes_leading_to(loss, tensor) -> list:
+    """The backward nodes of ``loss`` from which ``tensor``'s own node is reached."""
+    if loss.grad_fn is None:
+        return []
+    target = tensor.grad_fn if tensor.grad_fn is not None else None
+    leads: dict[object, bool] = {}
+    stack = [(loss.grad_fn, False)]
+    while stack:  # iterative post-order: a deep graph must not hit Python's recursion limit
+        node, expanded = stack.pop()
+        if node in leads and not expanded:
+            continue
+        children = [c for c, _ in getattr(node, "next_functions", ()) if c is not None]
+        if not expanded:
+            stack.append((node, True))
+            stack += [(c, False) for c in children if c not in leads]
+            continue
+        own = node is target or getattr(node, "variable", None) is tensor
+        leads[node] = own or any(leads.get(c, False) for c in children)
+    return [n for n, yes in leads.items() if yes and n is not target]
+
+
+def _size_one_softmax(node, output) -> str:
+    """ "softmax() of shape (6, 50, 1)": a softmax that is 1 everywhere (log_softmax: 0)
+    over a shape with a dimension of size 1, the likely dimension it was taken over."""
+    kinds = {"SoftmaxBackward0": ("softmax", 1.0), "LogSoftmaxBackward0": ("log_softmax", 0.0)}
+    if type(node).__name__ not in kinds or output is None or 1 not in output.shape:
+        return ""
+    op, constant = kinds[type(node).__name__]
+    with torch._C.DisableTorchFunction():  # not part of the reader's step
+        if not bool((output == constant).all()):
+            return ""
+    return f"{op}() of shape {tuple(output.shape)}"
+
+
+def _maybe_saturated(node, output) -> bool:
+    """A saturating node, unless its recorded output shows it passing a gradient."""
+    kind = type(node).__name__
+    if kind not in SATURATING:
+        return False
+    if kind == "ReluBackward0" and output is not None:
+        with torch._C.DisableTorchFunction():
+            return not bool((output > 0).any())
+    return True
+
+
 def _flat_advice(flat: list[str]) -> str:
+    single = [name.split(":", 1)[1] for name in flat if name.startswith("size-1 softmax:")]
+    if single:
+        return (
+            f"the loss passes through {' and '.join(single)}: a softmax over a dimension of "
+            "size 1 is 1 whatever its input, so no gradient passes it. Take it over the "
+            "dimension whose entries should compete (for scores of shape (batch, time, 1), "
+            "dim=1)."
+        )
     if not flat:
         return (
             "something on the path has a zero derivative here (a flat step such as round() "
