@@ -1599,7 +1599,7 @@ def test_a_frozen_layer_is_its_own_line_not_a_problem():
         opt.step()
     assert step.problems == {}
     text = str(step)
-    assert "Frozen (requires_grad=False" in text and "0.weight,\n  0.bias" in text
+    assert "Frozen (requires_grad=False" in text and "0.weight, 0.bias" in " ".join(text.split())
     assert "changed it): 2.weight, 2.bias" in text
     assert "The optimizer was given" not in text  # it holds only what trains
     opt = torch.optim.SGD(model.parameters(), lr=0.1)  # the frozen layer too
@@ -2177,3 +2177,76 @@ def test_all_zero_gradients_behind_a_saturated_clamp_name_the_clamp():
     assert set(step.problems) == {"weight", "bias"}
     assert all("passes through clamp()" in text for text in step.problems.values())
     assert not any("relu" in text for text in step.problems.values())
+
+
+def _one_step(model, optimizer, inputs, scheduler=None):
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        optimizer.zero_grad()
+        model(inputs).pow(2).mean().backward()
+        optimizer.step()
+    if scheduler is not None:
+        scheduler.step()
+    return step
+
+
+def test_a_learning_rate_a_scheduler_set_to_zero_is_put_down_to_the_scheduler():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: min(1, step // 10))
+    problems = _one_step(model, optimizer, INPUTS, warmup).problems.values()
+    assert problems and all("set by a learning-rate scheduler" in p for p in problems)
+    plain = torch.optim.SGD(model.parameters(), lr=0.0)  # no scheduler: no such words
+    problems = _one_step(model, plain, INPUTS).problems.values()
+    assert problems and not any("scheduler" in p for p in problems)
+
+
+def test_bfloat16_weights_the_step_barely_moves_are_a_problem_row():
+    torch.manual_seed(0)
+    model = nn.Linear(64, 32).to(torch.bfloat16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    step = _one_step(model, optimizer, torch.randn(8, 64, dtype=torch.bfloat16))
+    assert step.problems["weight"].startswith("optimizer.step() changed only ")
+    assert "keep the weights in float32 and compute in bfloat16" in step.problems["weight"]
+    model = model.float()  # the same step in float32 moves every entry
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    assert _one_step(model, optimizer, torch.randn(8, 64)).problems == {}
+
+
+def test_zero_grad_between_micro_batches_is_not_called_fine():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        for chunk in INPUTS.chunk(2):
+            optimizer.zero_grad()  # inside the loop: the first chunk's gradient is lost
+            model(chunk).pow(2).mean().backward()
+        optimizer.step()
+    text = " ".join(str(step).split())
+    assert "but only from the backward() calls after the last zero_grad() (see the note)" in text
+    assert "Fine (" not in text
+
+
+def test_a_freezing_test_by_name_prefix_that_catches_layer_ten_is_named():
+    model = nn.ModuleDict({"layers": nn.ModuleList(nn.Linear(3, 3) for _ in range(12))})
+    for name, p in model.named_parameters():
+        if name.startswith(("layers.0", "layers.1")):  # meant: layers 0 and 1
+            p.requires_grad_(False)
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+
+    def forward(x):
+        for layer in model["layers"]:
+            x = layer(x)
+        return x
+
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        forward(INPUTS).sum().backward()
+        optimizer.step()
+    note = " ".join(n for n in step.notes if n.startswith("layers.1 is frozen"))
+    assert "and so are layers.10 and layers.11, while layers.2 to layers.9 train" in note
+    assert 'name.startswith("layers.1.")' in note
+    for p in model.parameters():  # frozen by the modules themselves: no such note
+        p.requires_grad_(True)
+    for layer in model["layers"][:2]:
+        layer.requires_grad_(False)
+    with gp.diagnose_step(model, optimizer, show=False) as step:
+        forward(INPUTS).sum().backward()
+    assert not any(n.startswith("layers.") for n in step.notes)

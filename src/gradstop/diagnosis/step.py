@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import inspect
 import linecache
+import re
 import sys
 import textwrap
 from dataclasses import dataclass, field
@@ -64,7 +65,7 @@ class StepReport:
     explained: str = ""  # what the error means, and its fix
     unchecked: tuple[str, ...] = ()  # custom Functions on the path: values not checked
     behind: frozenset[str] = frozenset()  # the rows whose gradient came back through one
-    unclipped: bool = False  # clipping ran only before the last backward(): see the note
+    caveat: str = ""  # why the rows whose gradient arrived are not Fine: see the note
     recording: Recording | None = field(default=None, repr=False)
 
     @property
@@ -376,11 +377,11 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
         verdict, problem = _verdict(row, tensor, before, watch, bool(found.error))
         rows.append(StepRow(name, diagnosis, in_optimizer, at_step, changed, verdict, problem))
     found.losses, found.steps, found.rows = tuple(loss_names), watch.steps, tuple(rows)
-    found.optimizer, found.unclipped = watch.optimizer is not None, bool(watch.clipped_too_early())
+    found.optimizer, found.caveat = watch.optimizer is not None, _caveat(watch)
     found.notes = _ddp_note(watch) + found.notes  # first: it explains rows that all read "Fine"
     found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
-    found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording)
+    found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording) + _prefix_note(rows)
     found.notes += _eval_note(model, rows) + attribute_notes(model) + _full_hook_note(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
     found.notes += _code_notes(caller, watch, recording)
@@ -725,6 +726,41 @@ def _wiped_note(watch: _Watch) -> tuple[str, ...]:
     )
 
 
+_NUMBERED = re.compile(r"^(.*?)(\d+)\.")  # "layers.10.linear1.weight": "layers.", 10
+
+
+def _prefix_note(rows) -> tuple[str, ...]:
+    """Layers of one numbered container frozen as a test by prefix leaves them: layers.1,
+    layers.10 and layers.11 frozen, layers.2 to 9 not (startswith("layers.1"))."""
+    containers: dict[str, dict[int, set[bool]]] = {}
+    for row in rows:
+        if match := _NUMBERED.match(row.name):
+            layers = containers.setdefault(match[1], {})
+            layers.setdefault(int(match[2]), set()).add(row.verdict == FROZEN)
+    for prefix, layers in containers.items():
+        frozen = sorted(i for i, kinds in layers.items() if kinds == {True})
+        trained = sorted(i for i, kinds in layers.items() if False in kinds)
+        for short in frozen:
+            longer = [i for i in frozen if i != short and str(i).startswith(str(short))]
+            between = [i for i in trained if short < i < max(longer, default=short)]
+            if longer and between:
+                return (_prefix_sentence(prefix, short, longer, between),)
+    return ()
+
+
+def _prefix_sentence(prefix: str, short: int, longer: list[int], between: list[int]) -> str:
+    names = [f"{prefix}{i}" for i in longer]
+    caught = " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names)
+    verb = "are" if names[1:] else "is"
+    first, last = f"{prefix}{between[0]}", f"{prefix}{between[-1]}"
+    return (
+        f"{prefix}{short} is frozen, and so {verb} {caught}, while {first} to {last} "
+        f'train: a name test such as name.startswith("{prefix}{short}") matches {caught} '
+        f'too; test name.startswith("{prefix}{short}.") (with the dot), or freeze the '
+        f"modules themselves ({prefix.rstrip('.')}[{short}].requires_grad_(False))"
+    )
+
+
 def _unmoved_note(watch: _Watch, rows, recording: Recording) -> tuple[str, ...]:
     """No optimizer.step(), .grad read to compute new values, and no parameter changed."""
     if watch.steps or not watch.backward_passes():
@@ -891,8 +927,27 @@ def _best(losses, loss_names, tensor, name, recording, modules, flag) -> Diagnos
 
 
 def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
+    return _zero_lr_group(watch, tensor_id) is not None
+
+
+def _zero_lr_group(watch: _Watch, tensor_id: int) -> dict | None:
     groups = watch.optimizer.param_groups if watch.optimizer is not None else []
-    return any(g.get("lr") == 0 and any(id(p) == tensor_id for p in g["params"]) for g in groups)
+    held = [g for g in groups if any(id(p) == tensor_id for p in g["params"])]
+    return next((g for g in held if g.get("lr") == 0), None)
+
+
+def _lr_zero_reason(watch: _Watch, tensor_id: int) -> str:
+    """Why the learning rate is 0: a scheduler set it (its group keeps ``initial_lr``)."""
+    group = _zero_lr_group(watch, tensor_id)
+    initial = group.get("initial_lr") if group is not None else None
+    if not initial:
+        return "its learning rate is 0"
+    return (
+        f"its learning rate is 0, set by a learning-rate scheduler (the group's initial_lr "
+        f"is {initial:g}): check the factor the scheduler gives this step (for LambdaLR, "
+        "what lr_lambda returned; an integer division such as step // warmup is 0 until "
+        "the warm-up ends: use step / warmup)"
+    )
 
 
 # A parameter frozen on purpose (requires_grad_(False), a leaf the step left alone) is
@@ -943,9 +998,48 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
         )
     if row.changed is False and row.grad_at_step == "a gradient":
         lr_zero = _lr_zero(watch, id_of(row, watch))
-        why = "its learning rate is 0" if lr_zero else "the change is below float precision"
+        why = _lr_zero_reason(watch, id_of(row, watch)) if lr_zero else _too_small(row, watch)
         return "the step did not change it", f"optimizer.step() did not change it: {why}."
+    if row.changed and row.grad_at_step == "a gradient":
+        return _partly_moved(row, watch)
     return "", ""
+
+
+# Float types whose rounding step can swallow an optimizer's update (8 or 11 bits).
+LOW_PRECISION = {torch.bfloat16: ("bfloat16", 256), torch.float16: ("float16", 2048)}
+
+
+def _too_small(row: StepRow, watch: _Watch) -> str:
+    tensor = _tensor_of(row, watch)
+    if tensor.dtype not in LOW_PRECISION:
+        return "the change is below float precision"
+    name, steps = LOW_PRECISION[tensor.dtype]
+    return f"the change is below float precision. {_precision_advice(name, steps)}"
+
+
+def _precision_advice(name: str, steps: int) -> str:
+    return (
+        f"In {name} an update smaller than about 1/{steps} of a weight rounds away: keep "
+        f"the weights in float32 and compute in {name} under torch.autocast"
+    )
+
+
+def _partly_moved(row: StepRow, watch: _Watch) -> tuple[str, str]:
+    """A low-precision tensor the step changed in a few entries only: updates rounded away."""
+    tensor = _tensor_of(row, watch)
+    before = watch.before.get(id(tensor))
+    if tensor.dtype not in LOW_PRECISION or before is None or before.shape != tensor.shape:
+        return "", ""
+    with torch._C.DisableTorchFunction():  # not part of the reader's step
+        moved, total = int((before != tensor).sum()), tensor.numel()
+    if moved * 2 >= total:
+        return "", ""
+    name, steps = LOW_PRECISION[tensor.dtype]
+    return (
+        f"optimizer.step() changed only {moved} of its {total} entries",
+        f"optimizer.step() changed only {moved} of its {total} entries: the others' "
+        f"updates rounded away. {_precision_advice(name, steps)}.",
+    )
 
 
 # Operations whose derivative is zero wherever it exists: every gradient behind them is 0.
@@ -1171,19 +1265,28 @@ def _fine_and_frozen_lines(report: StepReport) -> list[str]:
         )
     if fine:
         moved = ", and optimizer.step() changed it" if report.steps else ""
-        if report.unclipped:  # not "Fine": the step took the gradient unclipped
-            said.append(f"The gradient arrived{moved}, but unclipped (see the note): ")
+        if report.caveat:  # not "Fine": the note says what the step got wrong
+            said.append(f"The gradient arrived{moved}, but {report.caveat} (see the note): ")
             said[-1] += ", ".join(fine)
         else:
             said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
     if frozen:
         said.append(
-            "Frozen (requires_grad=False, so no gradient, as a frozen layer should be; to "
-            "train one, call requires_grad_() on it before the forward pass): "
+            "Frozen (requires_grad=False, so no gradient; to train one, call "
+            "requires_grad_() on it before the forward pass): "
             + ", ".join(frozen)
             + _held_while_frozen(frozen_rows)
         )
     return [textwrap.fill(line, 78, subsequent_indent="  ") for line in said]
+
+
+def _caveat(watch: _Watch) -> str:
+    """What a note says is wrong with every gradient that arrived ("" if nothing)."""
+    if watch.clipped_too_early():
+        return "unclipped"
+    if watch.wiped():
+        return "only from the backward() calls after the last zero_grad()"
+    return ""
 
 
 def _held_while_frozen(frozen: list[StepRow]) -> str:
