@@ -2250,3 +2250,23 @@ def test_a_freezing_test_by_name_prefix_that_catches_layer_ten_is_named():
     with gp.diagnose_step(model, optimizer, show=False) as step:
         forward(INPUTS).sum().backward()
     assert not any(n.startswith("layers.") for n in step.notes)
+
+
+def test_weights_written_into_a_module_through_data_are_named_with_functional_call():
+    torch.manual_seed(0)
+    target = nn.Linear(3, 1)
+    generator = nn.Linear(2, 4)  # makes the target's 3 weights and 1 bias
+    code = torch.ones(2)
+    with gp.record() as rec:
+        flat = generator(code)
+        nn.utils.vector_to_parameters(flat, target.parameters())
+        loss = target(INPUTS).sum()
+    found = gp.why_no_grad(loss, generator.weight, recording=rec)
+    assert found.reason is Reason.DATA
+    assert "cut at an assignment to .data (p.data = value)" in found.sentence
+    assert "inside torch.nn.utils.convert_parameters.vector_to_parameters()" in found.sentence
+    assert "torch.func.functional_call(module, {name: tensor}, inputs)" in found.sentence
+    # the fix it names: the generated weights reach the loss, and the generator trains
+    weights = {"weight": flat[:3].view(1, 3), "bias": flat[3:]}
+    torch.func.functional_call(target, weights, (INPUTS,)).sum().backward()
+    assert generator.weight.grad is not None and generator.weight.grad.any()

@@ -107,7 +107,7 @@ def _connected(state) -> bool:
 def _kind(call, out) -> str:
     if call.name == "autograd.grad":
         return "autograd.grad"
-    if call.name == "data":
+    if call.name in ("data", "data ="):
         return "data"
     if call.name.split(".")[0] in ("detach", "detach_"):  # also aten's "detach.default"
         return "detach"
@@ -156,6 +156,8 @@ def op_text(name: str) -> str:
         "asarray": "torch.asarray()",
         "from_numpy": "torch.from_numpy()",
         "new leaf": "a new leaf made from its memory (nn.Parameter(), copy.deepcopy())",
+        "data =": "an assignment to .data (p.data = value), which puts the values in "
+        "without their graph",
         "autograd.grad": "torch.autograd.grad() without create_graph=True",
         "setitem": "an indexed assignment, x[index] = value, which writes in place (out of "
         "place: torch.where(), x.masked_fill() or x.index_put())",
@@ -391,7 +393,10 @@ def _new_leaves(recording: Recording) -> list[_Call]:
         )
         if new_leaf:
             earlier = [j for j in by_memory.get(t.data_ptr(), ()) if states[j].tensor is not t]
-            if earlier:
+            assigned = recorder.data_assignments(recording).get(id(t))
+            if earlier and assigned is not None:  # param.data = value
+                found.append(_Call("data =", [earlier[-1]], [i], where=assigned))
+            elif earlier:
                 found.append(_Call("new leaf", [earlier[-1]], [i]))
         if not (state.grad_fn is None and state.requires_grad):
             by_memory.setdefault(t.data_ptr(), []).append(i)

@@ -96,6 +96,11 @@ def hook_notes(recording: Recording) -> list[HookNote]:
     return recording.notes.setdefault("hooks", [])
 
 
+def data_assignments(recording: Recording) -> dict[int, str]:
+    """id(tensor) -> where ``tensor.data = value`` ran, for each assignment to ``.data``."""
+    return recording.notes.setdefault("data assignments", {})
+
+
 def grad_reads(recording: Recording) -> list[tuple[int, int]]:
     """(state of the tensor, state of its .grad) for each read of ``t.grad``."""
     return recording.notes.setdefault("grad reads", [])
@@ -182,6 +187,8 @@ def after(recording: Recording, func, args, kwargs, result, call) -> None:
     if func is torch.autograd.grad:
         _note_grad_call(recording, args, kwargs, result)
     getter = _getter(func)
+    if _setter(func) == "data" and args and isinstance(args[0], torch.Tensor):
+        data_assignments(recording)[id(args[0])] = _where() + _inside_library()
     if getter == "grad" and isinstance(result, torch.Tensor):
         grad_reads(recording).append((recording.state_of(args[0]), recording.state_of(result)))
     elif getter in ("grad_fn", "requires_grad"):
@@ -205,6 +212,30 @@ def _getter(func) -> str | None:
     if getattr(func, "__name__", None) != "__get__":
         return None
     return getattr(getattr(func, "__self__", None), "__name__", None)
+
+
+def _setter(func) -> str | None:
+    """``"data"`` for an assignment ``t.data = value``."""
+    if getattr(func, "__name__", None) != "__set__":
+        return None
+    return getattr(getattr(func, "__self__", None), "__name__", None)
+
+
+def _inside_library() -> str:
+    """ ", inside torch.nn.utils.vector_to_parameters()": the torch function the reader
+    called, when the call being recorded ran inside it."""
+    frame, called = sys._getframe(2), None
+    while frame is not None and frame.f_code.co_filename.startswith(_LIBRARIES):
+        if frame.f_code.co_filename.startswith(_LIBRARIES[0]):  # torch's own, not ours
+            called = frame
+        frame = frame.f_back
+    if called is None or frame is None:
+        return ""
+    module = called.f_globals.get("__name__", "")
+    if not module.startswith("torch.") or module.startswith("torch.overrides"):
+        return ""
+    public = module.rsplit(".", 1)[0] if module.rsplit(".", 1)[-1].startswith("_") else module
+    return f", inside {public}.{called.f_code.co_qualname}()"
 
 
 def _cuts(recording: Recording, call) -> bool:

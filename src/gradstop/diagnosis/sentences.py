@@ -57,9 +57,7 @@ SENTENCES = {
     Reason.DETACHED: "{cut}, and detach() returns the same values with no graph{graphless}: "
     "use the tensor itself where the gradient should flow (keep detach() only where you "
     "mean to stop it).",
-    Reason.DATA: "{cut}, and .data returns the same values with no graph (and hides "
-    "in-place changes from autograd){graphless}: use the tensor itself, or detach() where "
-    "you mean to stop the gradient.",
+    Reason.DATA: "{cut}{data_why}{graphless}: {data_fix}.",
     Reason.NO_GRAD: "{cut}, which ran with gradient recording off ({mode}){graphless}: "
     "compute it outside that region (a function or forward decorated with "
     "@torch.no_grad() cannot train what it computes).",
@@ -199,7 +197,28 @@ def _fields(f: Facts) -> dict[str, str]:
         "fresh": " and ".join(f.fresh_of),
         "left_fix": _left_fix(f),
         "unregistered_fix": _unregistered_fix(f.tensor),
+        "data_fix": _data_fix(cut),
+        "data_why": "" if _assigned(cut) else _DATA_WHY,
     }
+
+
+_DATA_WHY = (
+    ", and .data returns the same values with no graph (and hides in-place changes from autograd)"
+)
+
+
+def _assigned(cut: Cut | None) -> bool:
+    return cut is not None and cut.op.startswith("an assignment to .data")
+
+
+def _data_fix(cut: Cut | None) -> str:
+    if _assigned(cut):
+        return (
+            "to run a module with computed weights, call it with them, "
+            "torch.func.functional_call(module, {name: tensor}, inputs), instead of writing "
+            "them into its parameters"
+        )
+    return "use the tensor itself, or detach() where you mean to stop the gradient"
 
 
 def _unregistered_fix(name: str) -> str:
