@@ -2270,3 +2270,36 @@ def test_weights_written_into_a_module_through_data_are_named_with_functional_ca
     weights = {"weight": flat[:3].view(1, 3), "bias": flat[3:]}
     torch.func.functional_call(target, weights, (INPUTS,)).sum().backward()
     assert generator.weight.grad is not None and generator.weight.grad.any()
+
+
+class _CachedScale(nn.Module):
+    """A result computed from a parameter once and kept: the second step's backward
+    runs into the first step's freed graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.raw = nn.Parameter(torch.ones(3))
+        self._scale = None
+
+    def forward(self, x):
+        if self._scale is None:
+            self._scale = torch.sigmoid(self.raw)
+        return self.linear_part(x) * self._scale
+
+    def linear_part(self, x):
+        return x * 2
+
+
+def test_a_second_backward_names_a_cached_tensor_the_model_kept_and_says_recompute():
+    model = _CachedScale()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(2):
+        with contextlib.suppress(RuntimeError):
+            with gp.diagnose_step(model, optimizer, show=False) as step:
+                model(INPUTS).sum().backward()
+                optimizer.step()
+    assert "second time" in step.error
+    here = " ".join(step.explained.split("Here: ")[1].split())
+    assert here.startswith("_scale, held by the model, was computed in an earlier step and kept")
+    assert "compute it again in each step, inside the forward pass" in here
+    assert "detach" not in here.split("Detaching")[0]  # not the RNN advice

@@ -92,17 +92,24 @@ def _graphless_gradient(recording: Recording) -> str:
     return ""
 
 
-def carried(names: dict) -> dict[int, str]:
-    """The tensors among ``names`` (a frame's variables) that still hold a graph, such
-    as an RNN's state from an earlier step: {id: "h"}, or "state[0]" in a tuple."""
-    found: dict[int, str] = {}
+def carried(names: dict, model=None) -> dict[int, tuple]:
+    """The tensors that still hold a graph when a step starts: among ``names`` (a
+    frame's variables: an RNN's state, "h" or "state[0]" in a tuple) and the attributes
+    of ``model``'s modules (a cached result, "_prototypes"). {id: (name, tensor, owner)},
+    ``owner`` the module holding it (None for a variable)."""
+    found: dict[int, tuple] = {}
     for name, value in names.items():
         if name.startswith("_"):
             continue
         items = value if isinstance(value, (tuple, list)) and len(value) <= 4 else (value,)
         for i, t in enumerate(items):
             if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                found.setdefault(id(t), name if items is not value else f"{name}[{i}]")
+                found.setdefault(id(t), (name if items is not value else f"{name}[{i}]", t, None))
+    for prefix, module in model.named_modules() if model is not None else ():
+        for attr, value in vars(module).items():
+            if isinstance(value, torch.Tensor) and value.grad_fn is not None:
+                where = f"{prefix}.{attr}" if prefix else attr
+                found.setdefault(id(value), (where, value, (module, attr)))
     return found
 
 
@@ -110,7 +117,10 @@ def _carried_in(recording: Recording) -> str:
     """The tensors that came into the block with an earlier step's graph, and were used."""
     before = recording.notes.get("carried", {})
     used = {id(recording.states[i].tensor) for call in recording.calls for i in call.inputs}
-    named = sorted({before[i] for i in used if i in before})
+    kept = [before[i] for i in used if i in before and _still_held(*before[i])]
+    if kept:
+        return _reused_text(kept)
+    named = sorted({before[i][0] for i in used if i in before})
     if not named:
         return ""
     whole = sorted({n.split("[")[0] for n in named})
@@ -126,6 +136,22 @@ def _carried_in(recording: Recording) -> str:
         f"graph (a grad_fn), and this step used {it}, so backward() went on into the part of "
         f"that graph the earlier backward() freed: detach {it} where {is_} carried over, "
         f"before the forward pass ({fix})"
+    )
+
+
+def _still_held(name: str, tensor, owner) -> bool:
+    """Is the carried tensor still where it was (a cache), not replaced by the step?"""
+    return owner is not None and getattr(owner[0], owner[1], None) is tensor
+
+
+def _reused_text(kept: list) -> str:
+    names = " and ".join(sorted(name for name, _, _ in kept))
+    return (
+        f". Here: {names}, held by the model, was computed in an earlier step and kept "
+        "(it is the same tensor "
+        "now), with that step's graph, which that step's backward() freed: compute it again "
+        "in each step, inside the forward pass. Detaching it would silence the error but "
+        "stop the gradient from reaching what it is computed from"
     )
 
 

@@ -96,7 +96,7 @@ def diagnose_step(model=None, optimizer=None, *, tensors=None, show=True):
     """
     _check(model, optimizer, tensors)
     found, caller, recording = StepReport(), sys._getframe(2), Recording()
-    recording.notes["carried"] = carried(caller.f_locals)  # an earlier step's graph
+    recording.notes["carried"] = carried(caller.f_locals, model)  # an earlier step's graph
     watch = _Watch(model, optimizer, tensors or {}, caller, recording)
     try:
         with _Recorder(recording):
