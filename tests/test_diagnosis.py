@@ -1648,7 +1648,8 @@ def test_a_custom_function_on_the_path_gets_the_gradcheck_note():
     model = nn.Linear(3, 3)
     with gp.diagnose_step(model, show=False) as step:
         (_SwishIgnoringGradOutput.apply(model(torch.ones(2, 3))) * 5).sum().backward()
-    notes = [n for n in step.notes if "custom autograd Function _SwishIgnoringGradOutput" in n]
+    # it never reads grad_output: the note says so, with the fix and the gradcheck
+    notes = [n for n in step.notes if n.startswith("_SwishIgnoringGradOutput.backward() never")]
     assert notes and "torch.autograd.gradcheck(_SwishIgnoringGradOutput.apply" in notes[0]
     # what the note says: the wrong formula raised nothing, and gradcheck finds it
     x = torch.randn(4, dtype=torch.double, requires_grad=True)
@@ -2303,3 +2304,34 @@ def test_a_second_backward_names_a_cached_tensor_the_model_kept_and_says_recompu
     assert here.startswith("_scale, held by the model, was computed in an earlier step and kept")
     assert "compute it again in each step, inside the forward pass" in here
     assert "detach" not in here.split("Detaching")[0]  # not the RNN advice
+
+
+class _SquareForgetful(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return 2 * x  # forgets grad_out: the chain rule's factor
+
+
+class _SquareRight(_SquareForgetful):
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        return 2 * x * grad_out
+
+
+def test_a_custom_backward_that_never_reads_its_gradient_is_called_wrong():
+    for function, wrong in ((_SquareForgetful, True), (_SquareRight, False)):
+        model = small_model()
+        with gp.diagnose_step(model, show=False) as step:
+            (function.apply(model(INPUTS)) * 3).sum().backward()
+        text = " ".join(str(step).split())
+        said = f"{function.__name__}.backward() never reads the gradient it is handed (grad_out)"
+        assert (said in text) is wrong, function
+        assert ("ignores grad_output, so it is wrong" in text) is wrong
+        assert ("its value is not checked" in text) is not wrong

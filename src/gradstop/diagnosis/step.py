@@ -19,6 +19,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import dis
 import inspect
 import linecache
 import re
@@ -65,6 +66,7 @@ class StepReport:
     explained: str = ""  # what the error means, and its fix
     unchecked: tuple[str, ...] = ()  # custom Functions on the path: values not checked
     behind: frozenset[str] = frozenset()  # the rows whose gradient came back through one
+    ignoring: tuple[str, ...] = ()  # custom Functions whose backward() ignores grad_output
     caveat: str = ""  # why the rows whose gradient arrived are not Fine: see the note
     recording: Recording | None = field(default=None, repr=False)
 
@@ -388,7 +390,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.unchecked = _custom_functions(watch, recording)
     behind = _leaves_behind_functions(losses, found.unchecked)
     found.behind = frozenset(name for name, t, _ in candidates if id(t) in behind)
-    found.notes += _non_finite_note(watch, losses) + _custom_function_note(found.unchecked)
+    found.notes += _non_finite_note(watch, losses) + _custom_function_note(found, losses)
     found.explained = (
         explain(found.error.split(": ", 1)[-1], recording, modules) if found.error else ""
     )
@@ -842,11 +844,24 @@ def _leaves_behind_functions(losses, functions: tuple[str, ...]) -> frozenset[in
     return frozenset(behind)
 
 
-def _custom_function_note(written: tuple[str, ...]) -> tuple[str, ...]:
-    """A backward() ran through a custom autograd Function: its backward() is unchecked."""
+def _custom_function_note(found: StepReport, losses) -> tuple[str, ...]:
+    """A backward() ran through a custom autograd Function: its backward() is unchecked,
+    and wrong for certain if it never reads the gradient it is handed."""
+    written = found.unchecked
     if not written:
         return ()
     name = written[0]
+    found.ignoring = tuple(n for n in written if _ignores_grad_output(_function_class(losses, n)))
+    if found.ignoring:
+        ignored = found.ignoring[0]
+        arg = _function_class(losses, ignored).backward.__code__.co_varnames[1]
+        return (
+            f"{ignored}.backward() never reads the gradient it is handed ({arg}): by the "
+            f"chain rule it must return {arg} times its own derivative; as written, what it "
+            f"returns does not depend on the loss at all. Multiply it by {arg}, then check "
+            f"it: torch.autograd.gradcheck({ignored}.apply, inputs) with small "
+            "double-precision inputs that require grad",
+        )
     return (
         f"the gradient passes through the custom autograd Function{'s' * (len(written) > 1)} "
         f"{', '.join(written)}, whose backward() is your code: autograd uses what it returns "
@@ -856,6 +871,25 @@ def _custom_function_note(written: tuple[str, ...]) -> tuple[str, ...]:
         "apply() with each floating-point tensor small, in double precision and requiring "
         "grad (other arguments as they are)",
     )
+
+
+def _function_class(losses, name: str):
+    """The custom Function class called ``name`` whose node is on the losses' graphs."""
+    for node in (n for t in losses for n in backward_nodes(t)):
+        cls = getattr(node, "_forward_cls", None)
+        if cls is not None and cls.__name__ == name:
+            return cls
+    return None
+
+
+def _ignores_grad_output(cls) -> bool:
+    """Does ``cls.backward`` never read any of the gradients it is handed?"""
+    code = getattr(getattr(cls, "backward", None), "__code__", None)
+    if code is None or code.co_argcount < 2 or code.co_flags & inspect.CO_VARARGS:
+        return False
+    grads = set(code.co_varnames[1 : code.co_argcount])
+    loads = {i.argval for i in dis.get_instructions(code) if i.opname.startswith("LOAD")}
+    return not grads & loads and not code.co_freevars and not code.co_cellvars
 
 
 def _computed_from_grad(recording: Recording, tensor) -> bool:
@@ -1258,7 +1292,13 @@ def _fine_and_frozen_lines(report: StepReport) -> list[str]:
     through = [r.name for r in ok if r.verdict != FROZEN and r.name in report.behind]
     fine = [r.name for r in ok if r.verdict != FROZEN and r.name not in through]
     said = []
-    if through:
+    if through and report.ignoring:
+        said.append(
+            f"A gradient arrived, through {', '.join(report.ignoring)}, a custom Function "
+            "whose backward() ignores grad_output, so it is wrong (see the note): "
+            + ", ".join(through)
+        )
+    elif through:
         said.append(
             f"A gradient arrived, through {', '.join(report.unchecked)} (a custom Function: "
             "its value is not checked, see the note): " + ", ".join(through)
