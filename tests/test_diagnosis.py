@@ -2335,3 +2335,36 @@ def test_a_custom_backward_that_never_reads_its_gradient_is_called_wrong():
         assert (said in text) is wrong, function
         assert ("ignores grad_output, so it is wrong" in text) is wrong
         assert ("its value is not checked" in text) is not wrong
+
+
+def _ema_step(update):
+    torch.manual_seed(0)
+    student = small_model()
+    ema = copy.deepcopy(student).requires_grad_(False)
+    optimizer = torch.optim.SGD(student.parameters(), lr=0.1)
+    named = {f"ema.{k}": v for k, v in ema.named_parameters()}
+    with gp.diagnose_step(student, optimizer, tensors=named, show=False) as step:
+        optimizer.zero_grad()
+        student(INPUTS).pow(2).mean().backward()
+        optimizer.step()
+        with torch.no_grad():
+            update(ema, student)
+    return step
+
+
+def test_a_named_tensor_an_ema_update_never_wrote_is_a_problem_row():
+    def rebinds(ema, student):  # the bug: a new tensor into the state_dict's dict
+        state = ema.state_dict()
+        for key, value in student.state_dict().items():
+            state[key] = 0.9 * state[key] + 0.1 * value
+
+    def writes(ema, student):
+        for e, s in zip(ema.parameters(), student.parameters(), strict=True):
+            e.mul_(0.9).add_(s, alpha=0.1)
+
+    wrong = _ema_step(rebinds).problems
+    assert set(wrong) >= {"ema.0.weight", "ema.2.weight"}
+    assert all("assigning a new tensor to a state_dict() entry" in wrong[k] for k in wrong)
+    written = _ema_step(writes)
+    assert not any(k.startswith("ema.") for k in written.problems)
+    assert "Updated in place, without a gradient" in " ".join(str(written).split())

@@ -399,6 +399,10 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
 
 def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple[str, str]:
     diagnosis = row.diagnosis
+    if row.name in watch.tensors and not tensor.requires_grad and row.changed is False:
+        return _UNWRITTEN_VERDICT, _UNWRITTEN  # named by the reader: meant to change?
+    if not tensor.requires_grad and row.changed and before is not None:
+        return UPDATED, ""  # an EMA, a target network: written in place, no gradient
     if diagnosis is not None and not row.changed and frozen_parameter(tensor, diagnosis):
         return FROZEN, ""
     verdict, problem = _assess(row, watch)
@@ -416,6 +420,18 @@ def _verdict(row: StepRow, tensor, before, watch: _Watch, raised: bool) -> tuple
     if diagnosis is not None and diagnosis.reason is Reason.NOT_YET and watch.cleared_last():
         return _CLEARED, _cleared_problem(watch)  # filled, then reset before any use
     return verdict, problem
+
+
+UPDATED = "updated in place by the block, without a gradient (requires_grad=False)"
+_UNWRITTEN_VERDICT = "unchanged by the block (requires_grad=False, and nothing wrote to it)"
+_UNWRITTEN = (
+    "nothing in the block changed it, and no gradient can (it does not require grad). If "
+    "something here should update it (an EMA of the weights, a target network), that "
+    "update did not write into it: write in place, under torch.no_grad(), as "
+    "p.mul_(decay).add_(q, alpha=1 - decay) or p.copy_(new), or load the values with "
+    "load_state_dict(); assigning a new tensor to a state_dict() entry (state[key] = new) "
+    "or to a loop variable only rebinds that name."
+)
 
 
 def _updated_by_hand(diagnosis, before, tensor, watch: _Watch) -> bool:
@@ -1285,12 +1301,12 @@ def _lines(report: StepReport) -> list[str]:
 
 
 def _fine_and_frozen_lines(report: StepReport) -> list[str]:
-    """The rows with nothing to fix: one line for the fine ones, one for the frozen ones."""
-    frozen_rows = [r for r in report.rows if r.verdict == FROZEN]
-    frozen = [r.name for r in frozen_rows]
+    """The rows with nothing to fix: a line for the fine ones, for those behind a custom
+    Function, for those updated without a gradient, and for the frozen ones."""
     ok = [r for r in report.rows if r.diagnosis is not None and not r.problem]
-    through = [r.name for r in ok if r.verdict != FROZEN and r.name in report.behind]
-    fine = [r.name for r in ok if r.verdict != FROZEN and r.name not in through]
+    ok = [r for r in ok if r.verdict not in (FROZEN, UPDATED)]
+    through = [r.name for r in ok if r.name in report.behind]
+    fine = [r.name for r in ok if r.name not in through]
     said = []
     if through and report.ignoring:
         said.append(
@@ -1310,14 +1326,28 @@ def _fine_and_frozen_lines(report: StepReport) -> list[str]:
             said[-1] += ", ".join(fine)
         else:
             said.append(f"Fine (the gradient arrived{moved}): " + ", ".join(fine))
-    if frozen:
+    said += _without_gradient_lines(report)
+    return [textwrap.fill(line, 78, subsequent_indent="  ") for line in said]
+
+
+def _without_gradient_lines(report: StepReport) -> list[str]:
+    """Rows that get no gradient on purpose: updated in place, or frozen."""
+    frozen_rows = [r for r in report.rows if r.verdict == FROZEN]
+    updated = [r.name for r in report.rows if r.verdict == UPDATED]
+    said = []
+    if updated:
+        said.append(
+            "Updated in place, without a gradient (requires_grad=False: an EMA or a target "
+            "network, say): " + ", ".join(updated)
+        )
+    if frozen_rows:
         said.append(
             "Frozen (requires_grad=False, so no gradient; to train one, call "
             "requires_grad_() on it before the forward pass): "
-            + ", ".join(frozen)
+            + ", ".join(r.name for r in frozen_rows)
             + _held_while_frozen(frozen_rows)
         )
-    return [textwrap.fill(line, 78, subsequent_indent="  ") for line in said]
+    return said
 
 
 def _caveat(watch: _Watch) -> str:
