@@ -277,6 +277,14 @@ def test_no_sync_keeps_each_ranks_sum_then_averages(cluster):
     ]
 
 
+def test_no_sync_with_a_detach_averages_nothing_and_the_next_forward_raises(cluster):
+    runs = cluster.run(W.accumulate_detached, inside=1)
+    for rank, (heads, outcome) in enumerate(runs):
+        own = 3.0 * (rank + 1)
+        assert heads == [[own] * 3, [2 * own] * 3]  # inside, then after: each rank's own
+        assert outcome.startswith("Expected to have finished reduction in the prior")
+
+
 def test_fp16_compression_sums_each_ranks_float16_share(cluster):
     local = torch.tensor(W.LOCAL)
     halves = [(local * (rank + 1)).half() / 2 for rank in range(2)]

@@ -264,6 +264,24 @@ def accumulate(inside: int = 2):
     return seen
 
 
+def accumulate_detached(inside: int = 2):
+    """``accumulate`` for the detaching ``Net``: the head's ``.grad`` after each backward
+    pass, then the next forward pass's outcome (its error's first line, or "runs")."""
+    model = DDP(Net("head(body(x).detach())"))
+    seen = []
+    with model.no_sync():
+        for _ in range(inside):
+            model(rank_input()).sum().backward()
+            seen.append(grad_of(model.module.head.weight))
+    model(rank_input()).sum().backward()
+    seen.append(grad_of(model.module.head.weight))
+    try:
+        model(rank_input())
+    except RuntimeError as err:
+        return seen, str(err).splitlines()[0]
+    return seen, "runs"
+
+
 def step_inside_no_sync(inside: int = 2):
     """An optimizer step inside ``no_sync()``: each rank's weight afterwards."""
     model = DDP(nn.Linear(3, 1, bias=False))
