@@ -2368,3 +2368,18 @@ def test_a_named_tensor_an_ema_update_never_wrote_is_a_problem_row():
     written = _ema_step(writes)
     assert not any(k.startswith("ema.") for k in written.problems)
     assert "Updated in place, without a gradient" in " ".join(str(written).split())
+
+
+def test_a_bias_that_feeds_a_batchnorm_is_named_as_such_when_the_step_leaves_it():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.ReLU(), nn.Linear(8, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    step = _one_step(model, optimizer, torch.randn(16, 3))
+    assert list(step.problems) == ["0.bias"]  # its gradient is rounding: the step left it
+    assert "a bias that feeds a BatchNorm gets no gradient" in step.problems["0.bias"]
+    from gradstop.diagnosis.step import _feeds_batchnorm
+
+    assert _feeds_batchnorm("0.bias", model) and not _feeds_batchnorm("3.bias", model)
+    assert not _feeds_batchnorm("0.weight", model) and not _feeds_batchnorm("bias", None)
+    nested = nn.ModuleDict({"block": model})
+    assert _feeds_batchnorm("block.0.bias", nested)

@@ -1061,10 +1061,28 @@ LOW_PRECISION = {torch.bfloat16: ("bfloat16", 256), torch.float16: ("float16", 2
 
 def _too_small(row: StepRow, watch: _Watch) -> str:
     tensor = _tensor_of(row, watch)
+    if _feeds_batchnorm(row.name, watch.model):
+        return (
+            "the change is below float precision: a bias that feeds a BatchNorm gets no "
+            "gradient but rounding (in training mode BatchNorm subtracts the batch mean, and "
+            "the bias only shifts that mean), so leave it out: bias=False on that layer"
+        )
     if tensor.dtype not in LOW_PRECISION:
         return "the change is below float precision"
     name, steps = LOW_PRECISION[tensor.dtype]
     return f"the change is below float precision. {_precision_advice(name, steps)}"
+
+
+def _feeds_batchnorm(name: str, model) -> bool:
+    """Is ``name`` the bias of a layer that an nn.Sequential follows with a BatchNorm?"""
+    if model is None or not name.endswith(".bias"):
+        return False
+    parent_name, _, index = name[: -len(".bias")].rpartition(".")
+    parent = dict(model.named_modules()).get(parent_name)  # "": the model itself
+    if not isinstance(parent, torch.nn.Sequential) or not index.isdigit():
+        return False
+    following = list(parent)[int(index) + 1 : int(index) + 2]
+    return bool(following) and isinstance(following[0], torch.nn.modules.batchnorm._BatchNorm)
 
 
 def _precision_advice(name: str, steps: int) -> str:
