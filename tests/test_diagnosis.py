@@ -2383,3 +2383,34 @@ def test_a_bias_that_feeds_a_batchnorm_is_named_as_such_when_the_step_leaves_it(
     assert not _feeds_batchnorm("0.weight", model) and not _feeds_batchnorm("bias", None)
     nested = nn.ModuleDict({"block": model})
     assert _feeds_batchnorm("block.0.bias", nested)
+
+
+class _TiedScores(nn.Module):
+    """Scores against every item's embedding, then a lookup with max_norm: the lookup
+    renormalises the weight in place, after the product saved it."""
+
+    def __init__(self, clone):
+        super().__init__()
+        self.items = nn.Embedding(20, 4, max_norm=1.0)
+        self.clone = clone
+
+    def forward(self, history, target):
+        user = self.items(history).mean(dim=1)
+        weight = self.items.weight.clone() if self.clone else self.items.weight
+        return (user @ weight.t()).sum() + self.items(target).sum()
+
+
+def test_a_write_inside_an_operation_is_named_embedding_max_norm():
+    torch.manual_seed(0)
+    history, target = torch.randint(0, 20, (3, 5)), torch.randint(0, 20, (3,))
+    model = _TiedScores(clone=False)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        with gp.diagnose_step(model, show=False) as step:
+            model(history, target).backward()
+    here = " ".join(step.explained.split("Here: ")[1].split())
+    assert here.startswith("matmul() saved items.weight (a view of it, shape [4, 20]); then ")
+    assert "embedding() (in `self.items(target)`" in here
+    model = _TiedScores(clone=True)
+    with gp.diagnose_step(model, show=False) as step:
+        model(history, target).backward()
+    assert step.error == ""

@@ -79,6 +79,9 @@ class _Call:
     unseen: bool = False
     where: str = ""  # the reader's line that ran it, for a call that cuts (the diagnosis)
     region: str = ""  # "CheckpointFunction": the custom Function whose forward ran it
+    # Inputs whose version counter the call moved without returning them: a write inside
+    # it (nn.Embedding's max_norm renormalises its weight in place while looking up).
+    wrote: tuple = ()
 
 
 @dataclass
@@ -109,6 +112,22 @@ class Recording:
         self.states.append(state)
         self._latest[id(tensor)] = len(self.states) - 1
         return self._latest[id(tensor)]
+
+
+def _version(tensor) -> int | None:
+    try:
+        return tensor._version
+    except RuntimeError:  # an inference tensor has no version counter
+        return None
+
+
+def _written_inside(tensors, versions, outputs) -> tuple:
+    """The inputs a call wrote to in place without returning them."""
+    return tuple(
+        t
+        for t, before in zip(tensors, versions, strict=True)
+        if before is not None and (_version(t) or 0) > before and not any(t is o for o in outputs)
+    )
 
 
 def _tensors_in(obj) -> list[torch.Tensor]:
@@ -165,6 +184,7 @@ class _Recorder(TorchFunctionMode):
         )
         for note in BEFORE:
             note(rec, func, args, kwargs or {})
+        versions = [_version(t) for t in tensors]
         result = func(*args, **(kwargs or {}))
         outputs, call = _tensors_in(result), None
         if name == "setitem" and tensors:  # x[mask] = 0 returns None but writes into x
@@ -172,6 +192,7 @@ class _Recorder(TorchFunctionMode):
         if name is not None and outputs and func not in PASSES:
             made = [rec.new_state(t, made_by=name) for t in outputs]
             call = _Call(name, inputs, made, **mode)
+            call.wrote = _written_inside(tensors, versions, outputs)
             rec.calls.append(call)
         elif name in EXIT_OPS and inputs:
             call = _Call(name, inputs, [], **mode)

@@ -196,7 +196,7 @@ def _saved_then_changed(recording: Recording, shape: list[int], version: int | N
     for call in recording.calls:
         outputs = [states[o].tensor for o in call.outputs]
         inputs = [states[i].tensor for i in call.inputs]
-        written = [t for t in outputs if any(t is x for x in inputs)]
+        written = [t for t in outputs if any(t is x for x in inputs)] + list(call.wrote)
         for t in written:
             memory = _memory(t)
             if version is not None and t._version != version:
@@ -204,7 +204,8 @@ def _saved_then_changed(recording: Recording, shape: list[int], version: int | N
             for storage, used_shape, user in users:
                 if storage == memory and sorted(used_shape) == sorted(shape):  # or a .t()
                     return t, call, user
-        if call.grad_enabled and not written and any(t.requires_grad for t in outputs):
+        view = all(_memory(o) in {_memory(t) for t in inputs} for o in outputs)  # t(), view()
+        if call.grad_enabled and not written and not view and any(t.requires_grad for t in outputs):
             # what a backward may need: the inputs, or the output (sigmoid, exp, tanh)
             users += [(_memory(t), list(t.shape), call.name) for t in inputs + outputs]
     return None

@@ -201,7 +201,12 @@ def after(recording: Recording, func, args, kwargs, result, call) -> None:
     if not call.grad_enabled:
         call.region = _region()
     brought_in = call.name in FROM_DATA and not call.inputs  # a round trip may end here
-    if _cuts(recording, call) or _in_place(recording, call) or call in recording.exits:
+    if (
+        _cuts(recording, call)
+        or _in_place(recording, call)
+        or call.wrote
+        or call in recording.exits
+    ):
         call.where = _where()
     elif brought_in:
         call.where = _where()
