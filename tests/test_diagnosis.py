@@ -2414,3 +2414,17 @@ def test_a_write_inside_an_operation_is_named_embedding_max_norm():
     with gp.diagnose_step(model, show=False) as step:
         model(history, target).backward()
     assert step.error == ""
+
+
+def test_clipping_to_a_limit_of_zero_is_named_for_zero_gradients():
+    for limit, named in ((0.0, True), (1.0, False)):
+        model = small_model()
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        with gp.diagnose_step(model, optimizer, show=False) as step:
+            optimizer.zero_grad()
+            model(INPUTS).pow(2).mean().backward()
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=limit)
+            optimizer.step()
+        said = [t for t in step.problems.values() if "clip_grad_norm_() with max_norm=0" in t]
+        assert bool(said) is named, limit
+        assert norm > 0  # the norm from before clipping, as the sentence says

@@ -194,6 +194,7 @@ class _Watch:
             if owner is not None:
                 self._watch_zero_grad(owner)
         self.clips: list[tuple[str, int]] = []  # (function, backward passes before it)
+        self.zero_clips: list[str] = []  # clipping called with a limit of 0: "max_norm=0"
         self.patched: list[tuple[object, str, object]] = []
         self._watch_clipping(caller)
         self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
@@ -219,8 +220,13 @@ class _Watch:
                     self.patched.append((names, key, value))
 
     def _clipping(self, original, name: str):
+        keyword = "max_norm" if name == "clip_grad_norm_" else "clip_value"
+
         def clipping(*args, **kwargs):
             self.clips.append((name, self.backward_passes()))
+            limit = kwargs.get(keyword, args[1] if len(args) > 1 else None)
+            if isinstance(limit, (int, float)) and limit == 0:
+                self.zero_clips.append(f"{name}() with {keyword}={limit}")
             return original(*args, **kwargs)
 
         clipping._gradstop_watch = True
@@ -1040,6 +1046,8 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
             "freeze a parameter: leave it out of the optimizer, or set requires_grad_(False) "
             "before the forward pass.",
         )
+    if row.grad_at_step == "zeros" and reached and watch.zero_clips:
+        return _zero_clip_remark(watch.zero_clips[0])
     if row.changed is False and row.grad_at_step == "zeros" and reached:
         return (
             "its gradient was all zeros, so optimizer.step() did not move it",
@@ -1053,6 +1061,15 @@ def _step_remark(row: StepRow, watch: _Watch) -> tuple[str, str]:
     if row.changed and row.grad_at_step == "a gradient":
         return _partly_moved(row, watch)
     return "", ""
+
+
+def _zero_clip_remark(call: str) -> tuple[str, str]:
+    return (
+        f"{call} set its gradient to zero",
+        f"Its gradient was all zeros at the step: {call} scales every gradient to zero (and "
+        "returns the norm from before clipping, so a logged norm looks fine). Pass the limit "
+        "you mean, or skip the call when clipping is off (if max_norm: clip_grad_norm_(...)).",
+    )
 
 
 # Float types whose rounding step can swallow an optimizer's update (8 or 11 bits).
