@@ -1422,6 +1422,12 @@ def test_diagnose_step_explains_an_in_place_error_and_names_the_change(capsys):
         ("grad can be implicitly created only for scalar outputs", "loss.mean()"),
         ("unsupported operand type(s) for *: 'float' and 'NoneType'", "a .grad was None"),
         ("a leaf Variable that requires grad is being used in an in-place operation.", "no_grad"),
+        ("optimizer got an empty parameter list", "params = list(...)"),
+        (
+            "Function FusedBackward returned an invalid gradient at index 1 - got [16, 32] "
+            "but expected shape compatible with [32, 16]",
+            "grad_out.t() @ x",
+        ),
         ("something else entirely", ""),
     ],
 )
@@ -2428,3 +2434,15 @@ def test_clipping_to_a_limit_of_zero_is_named_for_zero_gradients():
         said = [t for t in step.problems.values() if "clip_grad_norm_() with max_norm=0" in t]
         assert bool(said) is named, limit
         assert norm > 0  # the norm from before clipping, as the sentence says
+
+
+def test_a_learning_rate_a_scheduler_decayed_to_nothing_is_named():
+    model = small_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    per_epoch = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)
+    with warnings.catch_warnings():  # "lr_scheduler.step() before optimizer.step()"
+        warnings.simplefilter("ignore", UserWarning)
+        for _ in range(16):  # a per-epoch schedule stepped every batch
+            per_epoch.step()
+    problems = _one_step(model, optimizer, INPUTS).problems.values()
+    assert problems and all("down from the initial_lr 0.1" in p for p in problems)

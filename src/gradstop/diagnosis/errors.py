@@ -50,6 +50,15 @@ EXPLAINED = {
     "backward() must return one value per argument its forward() took after ctx, in "
     "order: None for an argument that is not a tensor or needs no gradient (a gradient "
     "reversal's alpha: return -alpha * grad, None)",
+    "Function … returned an invalid gradient at index": "a custom autograd Function's "
+    "backward() returned, for the input at that index (0 is forward()'s first argument "
+    "after ctx), a gradient whose shape is not the input's: return each gradient shaped "
+    "like its input (for a weight w of shape [out, in] used as x @ w.t(), that is "
+    "grad_out.t() @ x), then check with torch.autograd.gradcheck",
+    "optimizer got an empty parameter list": "the optimizer was handed no parameters: an "
+    "iterator (model.parameters(), filter(...), a generator) that something had already "
+    "used up, such as a count of its items, or a list left empty by a filter; pass a list, "
+    "params = list(...), and give the optimizer that",
     "Inference tensors cannot be saved for backward": "a value made under inference_mode() "
     "was used where autograd must save it: compute it outside inference_mode() if it "
     "should train, or use no_grad() and clone() if not",

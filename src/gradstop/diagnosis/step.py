@@ -1084,10 +1084,28 @@ def _too_small(row: StepRow, watch: _Watch) -> str:
             "gradient but rounding (in training mode BatchNorm subtracts the batch mean, and "
             "the bias only shifts that mean), so leave it out: bias=False on that layer"
         )
+    decayed = _decayed_lr(watch, id(tensor))
+    if decayed:
+        return decayed
     if tensor.dtype not in LOW_PRECISION:
         return "the change is below float precision"
     name, steps = LOW_PRECISION[tensor.dtype]
     return f"the change is below float precision. {_precision_advice(name, steps)}"
+
+
+def _decayed_lr(watch: _Watch, tensor_id: int) -> str:
+    """A learning rate a scheduler has taken below a millionth of where it started."""
+    groups = watch.optimizer.param_groups if watch.optimizer is not None else []
+    for group in groups:
+        initial, lr = group.get("initial_lr"), group.get("lr")
+        held = any(id(p) == tensor_id for p in group["params"])
+        if held and initial and lr is not None and 0 < lr < initial * 1e-6:
+            return (
+                f"its learning rate is {lr:.1e}, down from the initial_lr {initial:g} a "
+                "scheduler started from: check how often scheduler.step() runs (a schedule "
+                "meant per epoch, stepped every batch, decays that many times faster)"
+            )
+    return ""
 
 
 def _feeds_batchnorm(name: str, model) -> bool:
