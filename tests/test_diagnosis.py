@@ -2446,3 +2446,15 @@ def test_a_learning_rate_a_scheduler_decayed_to_nothing_is_named():
             per_epoch.step()
     problems = _one_step(model, optimizer, INPUTS).problems.values()
     assert problems and all("down from the initial_lr 0.1" in p for p in problems)
+
+
+def test_a_penalty_computed_from_state_dict_is_named_with_named_parameters():
+    model = small_model()
+    with gp.record() as rec:
+        penalty = sum(t.abs().sum() for k, t in model.state_dict().items() if "weight" in k)
+        loss = model(INPUTS).pow(2).mean() + penalty
+    found = gp.why_no_grad(loss, model[0].weight, recording=rec)
+    assert found.reason is Reason.PARTIAL
+    assert "state_dict() hands out detached tensors" in found.sentence
+    kept = sum(t.abs().sum() for k, t in model.state_dict(keep_vars=True).items() if "weight" in k)
+    assert kept.requires_grad  # the fix it names keeps the graph

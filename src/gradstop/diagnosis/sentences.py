@@ -55,8 +55,7 @@ SENTENCES = {
     "it, and switching it on afterwards does not change what was recorded: set "
     "requires_grad=True before computing {output}{graphless}.",
     Reason.DETACHED: "{cut}, and detach() returns the same values with no graph{graphless}: "
-    "use the tensor itself where the gradient should flow (keep detach() only where you "
-    "mean to stop it).",
+    "{detach_fix}.",
     Reason.DATA: "{cut}{data_why}{graphless}: {data_fix}.",
     Reason.NO_GRAD: "{cut}, which ran with gradient recording off ({mode}){graphless}: "
     "compute it outside that region (a function or forward decorated with "
@@ -198,8 +197,24 @@ def _fields(f: Facts) -> dict[str, str]:
         "left_fix": _left_fix(f),
         "unregistered_fix": _unregistered_fix(f.tensor),
         "data_fix": _data_fix(cut),
+        "detach_fix": _STATE_DICT_FIX if _in_state_dict(cut) else _DETACH_FIX,
         "data_why": "" if _assigned(cut) else _DATA_WHY,
     }
+
+
+_DETACH_FIX = (
+    "use the tensor itself where the gradient should flow (keep detach() only where you "
+    "mean to stop it)"
+)
+_STATE_DICT_FIX = (
+    "state_dict() hands out detached tensors (it is for saving, not computing): take the "
+    "parameters themselves, model.named_parameters() or model.parameters() (or "
+    "state_dict(keep_vars=True))"
+)
+
+
+def _in_state_dict(cut: Cut | None) -> bool:
+    return cut is not None and cut.kind == "detach" and "state_dict(" in cut.where
 
 
 _DATA_WHY = (
@@ -382,6 +397,7 @@ def _lost_text(f: Facts) -> str:
     return "; ".join(parts)
 
 
+_THERE = "use the tensor itself there"
 # The fix for a part of the gradient lost at each kind of cut.
 _PART_FIXES = {
     "copy": "combine tensors with torch.stack or torch.cat, not torch.tensor",
@@ -394,8 +410,11 @@ _PART_FIXES = {
 
 
 def _lost_fix(f: Facts) -> str:
-    kinds = [cut.kind for cut in f.trace.lost] if f.trace is not None else []
-    fixes = [_PART_FIXES.get(kind, "use the tensor itself there") for kind in kinds]
+    lost = f.trace.lost if f.trace is not None else []
+    fixes = [
+        _STATE_DICT_FIX if _in_state_dict(cut) else _PART_FIXES.get(cut.kind, _THERE)
+        for cut in lost
+    ]
     if f.trace is not None and f.trace.round_trip:
         fixes.append("keep that step in torch operations")
     return "; ".join(dict.fromkeys(fixes)) or "use the tensor itself there"
