@@ -2458,3 +2458,32 @@ def test_a_penalty_computed_from_state_dict_is_named_with_named_parameters():
     assert "state_dict() hands out detached tensors" in found.sentence
     kept = sum(t.abs().sum() for k, t in model.state_dict(keep_vars=True).items() if "weight" in k)
     assert kept.requires_grad  # the fix it names keeps the graph
+
+
+def test_a_module_shared_by_two_heads_and_frozen_through_one_is_named():
+    torch.manual_seed(0)
+    neck = nn.Linear(3, 3)
+    model = nn.ModuleDict(
+        {
+            "neck": neck,
+            "aux": nn.Sequential(neck, nn.Linear(3, 1)),
+            "main": nn.Sequential(neck, nn.Linear(3, 1)),
+        }
+    )
+    model["aux"].requires_grad_(False)  # meant: the aux head only
+    with gp.diagnose_step(model, show=False) as step:
+        (model["main"](INPUTS) + model["aux"](INPUTS)).sum().backward()
+    note = " ".join(n for n in step.notes if n.startswith("neck is also"))
+    assert "neck is also aux.0 and main.0: one module in 3 places" in note
+
+
+def test_an_embedding_padding_row_is_noted_and_a_plain_embedding_is_not():
+    for padding, noted in ((0, True), (None, False)):
+        torch.manual_seed(0)
+        model = nn.Embedding(5, 2, padding_idx=padding)
+        with gp.diagnose_step(model, show=False) as step:
+            model(torch.tensor([0, 1, 0, 3])).sum().backward()
+        said = [n for n in step.notes if "by design (padding_idx=0)" in n]
+        assert bool(said) is noted
+        if noted:
+            assert model.weight.grad[0].abs().sum() == 0  # what the note says

@@ -390,7 +390,7 @@ def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> Non
     found.notes += module_notes(model, recording) if model is not None else ()
     found.notes += _rebound(watch, recording, caller)
     found.notes += _wiped_note(watch) + _unmoved_note(watch, rows, recording) + _prefix_note(rows)
-    found.notes += _eval_note(model, rows) + attribute_notes(model) + _full_hook_note(model)
+    found.notes += _eval_note(model, rows) + _layout_notes(model, rows) + _model_notes(model)
     found.notes += _late_binding_note(watch.candidates) + _grad_mode_note(watch.grad_mode_at_start)
     found.notes += _code_notes(caller, watch, recording)
     found.unchecked = _custom_functions(watch, recording)
@@ -923,6 +923,42 @@ def _computed_from_grad(recording: Recording, tensor) -> bool:
     g = recorded.links(recording, tensor, tensor)
     both = g.reach(grads, kept=False) & g.reach(g.mine, kept=False)
     return any(states[i].tensor is not tensor for i in both)
+
+
+def _model_notes(model) -> tuple[str, ...]:
+    return attribute_notes(model) + _full_hook_note(model)
+
+
+def _layout_notes(model, rows) -> tuple[str, ...]:
+    """What the model's layout does to gradients: a frozen parameter that one module holds
+    in two places; an embedding row kept at zero by padding_idx."""
+    if model is None:
+        return ()
+    frozen = {r.name for r in rows if r.verdict == FROZEN}
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    shared = {
+        tuple(dict.fromkeys(n.rpartition(".")[0] or n for n in places))
+        for places in names.values()
+        if len(places) > 1 and places[0] in frozen
+    }
+    notes = [
+        f"{places[0]} is also {' and '.join(places[1:])}: one module in {len(places)} "
+        "places, so freezing it in one froze it in all. Freeze only the layers that belong "
+        "to the part you mean (and rebuild the optimizer if it took only what trained)"
+        for places in sorted(shared)
+    ]
+    for prefix, module in model.named_modules():
+        index = getattr(module, "padding_idx", None)
+        grad = getattr(getattr(module, "weight", None), "grad", None)
+        if isinstance(module, torch.nn.Embedding) and index is not None and grad is not None:
+            name = f"{prefix}.weight" if prefix else "weight"
+            notes.append(
+                f"{name}[{index}] gets no gradient, by design (padding_idx={index}): right "
+                f"if {index} marks padding; if {index} is a real category, drop padding_idx"
+            )
+    return tuple(notes[:3])
 
 
 def _eval_note(model, rows) -> tuple[str, ...]:
