@@ -198,7 +198,6 @@ class _Watch:
         self.patched: list[tuple[object, str, object]] = []
         self._watch_clipping(caller)
         self.inputs: dict[int, torch.Tensor] = {}  # the tensors passed to the model
-        self.flat: list[str] = []  # flat operations on the losses' graphs (set at the end)
         self.losses: list[torch.Tensor] = []  # the tensors backward() ran from (at the end)
         if model is not None:
             hook = model.register_forward_pre_hook(self._note_inputs, with_kwargs=True)
@@ -364,7 +363,7 @@ def _losses(recording: Recording, caller) -> tuple[list, list[str]]:
 def _fill(found: StepReport, watch: _Watch, recording: Recording, caller) -> None:
     """Diagnose every watched tensor against the losses backward() ran from."""
     losses, loss_names = _losses(recording, caller)
-    watch.flat, watch.losses = _flat_operations(losses), losses
+    watch.losses = losses
     model = watch.model
     modules = dict(model.named_modules()) if model is not None else naming.known_modules(caller)
     held, rows = watch.held(), []
@@ -1198,14 +1197,6 @@ SATURATING = {
     "HardtanhBackward0": "hardtanh()",
     "ReluBackward0": "relu()",
 }
-
-
-def _flat_operations(losses) -> list[str]:
-    """The flat operations (round(), sign(), ...) on the backward graph of the losses,
-    else the saturating ones (clamp(), relu(), ...), each marked "saturating:"."""
-    names = {type(n).__name__ for t in losses for n in backward_nodes(t)}
-    flat = sorted({FLAT[n] for n in names if n in FLAT})
-    return flat or sorted(f"saturating:{SATURATING[n]}" for n in names if n in SATURATING)
 
 
 def _tensor_of(row: StepRow, watch: _Watch):
