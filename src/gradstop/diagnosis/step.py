@@ -1021,10 +1021,13 @@ def _lr_zero(watch: _Watch, tensor_id: int) -> bool:
     return _zero_lr_group(watch, tensor_id) is not None
 
 
-def _zero_lr_group(watch: _Watch, tensor_id: int) -> dict | None:
+def _groups_holding(watch: _Watch, tensor_id: int) -> list[dict]:
     groups = watch.optimizer.param_groups if watch.optimizer is not None else []
-    held = [g for g in groups if any(id(p) == tensor_id for p in g["params"])]
-    return next((g for g in held if g.get("lr") == 0), None)
+    return [g for g in groups if any(id(p) == tensor_id for p in g["params"])]
+
+
+def _zero_lr_group(watch: _Watch, tensor_id: int) -> dict | None:
+    return next((g for g in _groups_holding(watch, tensor_id) if g.get("lr") == 0), None)
 
 
 def _lr_zero_reason(watch: _Watch, tensor_id: int) -> str:
@@ -1130,11 +1133,9 @@ def _too_small(row: StepRow, watch: _Watch) -> str:
 
 def _decayed_lr(watch: _Watch, tensor_id: int) -> str:
     """A learning rate a scheduler has taken below a millionth of where it started."""
-    groups = watch.optimizer.param_groups if watch.optimizer is not None else []
-    for group in groups:
+    for group in _groups_holding(watch, tensor_id):
         initial, lr = group.get("initial_lr"), group.get("lr")
-        held = any(id(p) == tensor_id for p in group["params"])
-        if held and initial and lr is not None and 0 < lr < initial * 1e-6:
+        if initial and lr is not None and 0 < lr < initial * 1e-6:
             return (
                 f"its learning rate is {lr:.1e}, down from the initial_lr {initial:g} a "
                 "scheduler started from: check how often scheduler.step() runs (a schedule "
@@ -1212,13 +1213,8 @@ def _zero_causes(losses, tensor, recording: Recording) -> list[str]:
     on_path = [(n, made.get(id(n))) for t in losses for n in _nodes_leading_to(t, tensor)]
     names = {type(n).__name__ for n, _ in on_path}
     flat = sorted({FLAT[n] for n in names if n in FLAT})
-    single = sorted(
-        {
-            f"size-1 softmax:{_size_one_softmax(n, out)}"
-            for n, out in on_path
-            if _size_one_softmax(n, out)
-        }
-    )
+    softmaxes = [_size_one_softmax(n, out) for n, out in on_path]
+    single = sorted({f"size-1 softmax:{found}" for found in softmaxes if found})
     saturating = {SATURATING[type(n).__name__] for n, out in on_path if _maybe_saturated(n, out)}
     return flat + single or sorted(f"saturating:{name}" for name in saturating)
 
@@ -1346,7 +1342,7 @@ def _early_step_remark(row: StepRow) -> tuple[str, str]:
 
 
 def id_of(row: StepRow, watch: _Watch) -> int:
-    return next(id(t) for name, t, _ in watch.candidates if name == row.name)
+    return id(_tensor_of(row, watch))
 
 
 def _lines(report: StepReport) -> list[str]:
